@@ -1,0 +1,99 @@
+"""The round loop: exact bytes and simulated seconds, FedAvg's server rule, per-client counters."""
+
+import numpy as np
+import pytest
+import torch
+
+from turnout.algorithms.base import Reports
+from turnout.algorithms.fedavg import FedAvg, FedAvgConfig
+from turnout.config.loader import expand
+from turnout.engine import Simulation
+from turnout.experiment import prepare
+
+TINY = {
+    "name": "tiny", "seeds": [0], "rounds": 3,
+    "data": {"name": "synthetic", "num_clients": 12, "alpha": 0.5, "beta": 0.5},
+    "model": {"name": "logreg"},
+    "train": {"batch_size": 10, "local_steps": 4, "lr": 0.05},
+    "selector": {"name": "uniform", "clients_per_round": 4},
+    "devices": {"name": "homogeneous", "compute_s_per_sample": 0.01, "down_kBps": 100.0, "up_kBps": 50.0},
+    "eval": {"every": 1},
+    "output": {"progress": False},
+}
+
+
+def simulate(raw, seed=0):
+    exp = expand(raw)[0]
+    data = prepare([exp]).dataset_for(exp, seed)
+    sim = Simulation(exp, data, seed)
+    return sim, sim.run()
+
+
+def test_bytes_and_seconds_are_exact_for_dense_fedavg():
+    sim, res = simulate(TINY)
+    dim = 60 * 10 + 10
+    for row in res.rounds:
+        # dense FedAvg changes every coordinate, so every selected client downloads and uploads the full model
+        assert row["bytes_down"] == 4 * dim * 4 and row["bytes_up"] == 4 * dim * 4
+        assert row["coords_changed"] == dim
+        # every client runs 4 steps of 10 samples (all synthetic clients hold ≥ 45 training rows)
+        per_client = 4 * dim / 100e3 + 40 * 0.01 + 4 * dim / 50e3
+        assert row["round_duration_s"] == pytest.approx(per_client)
+        assert row["resource_s"] == pytest.approx(4 * per_client)
+        assert row["wasted_s"] == 0.0 and row["n_aggregated"] == 4 == row["n_selected"]
+    assert res.rounds[-1]["sim_time_s"] == pytest.approx(3 * per_client)
+    pop = sim.population
+    assert pop.times_selected.sum() == 12 and pop.times_aggregated.sum() == 12
+    assert pop.bytes_down.sum() == sum(r["bytes_down"] for r in res.rounds)
+    picked = np.flatnonzero(pop.times_selected)
+    assert (pop.last_round[picked] >= 0).all() and (pop.last_round[pop.times_selected == 0] == -1).all()
+
+
+def test_full_participation_fedavg_equals_manual_weighted_average():
+    raw = {**TINY, "rounds": 1, "selector": {"name": "uniform", "clients_per_round": 12}}
+    sim, res = simulate(raw)
+    exp = sim.exp
+    # redo round 0 by hand: every client trains from the initial model, average weighted by n_k
+    from turnout import rng
+    from turnout.engine import build_model
+    from turnout.training.local_sgd import LocalTrainer
+
+    fm = build_model(exp, sim.data, 0)
+    start = fm.flat_params()
+    trainer = LocalTrainer(fm, exp.train)
+    deltas, weights = [], []
+    for c in range(12):
+        x, y = sim.data.client_train(c)
+        out = trainer.train(start, {}, x, y, 4, 0.05, rng.stream(0, "batches", 0, c))
+        deltas.append(out.params - start)
+        weights.append(len(y))
+    w = torch.tensor(weights, dtype=torch.float32) / sum(weights)
+    torch.testing.assert_close(sim.params, start + w @ torch.stack(deltas), rtol=1e-5, atol=1e-6)
+
+
+def test_reports_weighting_and_server_momentum():
+    ups = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    rel = Reports(np.array([3, 5]), ups, np.array([1.0, 3.0]), True, np.array([1, 3]), np.zeros(2), np.zeros(2, int))
+    torch.testing.assert_close(rel.weighted_mean(), torch.tensor([0.25, 1.5]))
+    absolute = Reports(np.array([3, 5]), ups, np.array([2.0, 0.5]), False, np.array([1, 3]), np.zeros(2),
+                       np.zeros(2, int))
+    torch.testing.assert_close(absolute.weighted_mean(), torch.tensor([2.0, 1.0]))
+    empty = Reports(np.zeros(0, int), torch.zeros((0, 2)), np.zeros(0), True, np.zeros(0), np.zeros(0), np.zeros(0))
+    assert empty.weighted_mean().tolist() == [0.0, 0.0]
+
+    algo = FedAvg(FedAvgConfig(server_lr=0.5, server_momentum=0.9), ctx=None)
+    x = torch.zeros(2)
+    x = algo.aggregate(0, x, rel)  # m = u
+    x = algo.aggregate(1, x, rel)  # m = 0.9 u + u
+    torch.testing.assert_close(x, 0.5 * (1 + 1.9) * torch.tensor([0.25, 1.5]))
+
+
+def test_unbiased_weighting_is_not_renormalised():
+    raw = {**TINY, "rounds": 1, "selector": {"name": "uniform", "clients_per_round": 4, "weighting": "unbiased"}}
+    sim, _ = simulate(raw)
+    from turnout import rng
+
+    cohort = sim.selector.select(0, np.arange(12), 4, rng.stream(0, "selection", 0))
+    assert not cohort.normalize
+    p = sim.data.n_train[cohort.clients] / sim.data.n_train.sum()
+    np.testing.assert_allclose(cohort.weights, p * 12 / 4)

@@ -1,0 +1,101 @@
+"""The algorithm interface, in the style of pfl-research's typed hooks.
+
+The client rule is split into three small hooks over tensors — where local training starts,
+how the local gradient is changed, what is sent back — so every executor (sequential,
+vectorised, Ray) runs the same rule. The server rule sees every report of a round as one batch
+(struct-of-arrays), including late ones with their staleness.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from pydantic import BaseModel
+
+from ..registry import Registry
+from ..training.local_sgd import GradHook
+
+ALGORITHMS: Registry = Registry("algorithm", "client rule + server rule + their state")
+
+
+@dataclass
+class AlgorithmContext:
+    """What an algorithm may know about the world when it is built."""
+
+    num_clients: int
+    dim: int
+    n_train: np.ndarray
+    seed: int
+    rounds: int
+
+
+@dataclass
+class Reports:
+    """The reports a server aggregates in one round, aligned by row.
+
+    ``updates`` are the decoded uploads (after the compressor), ``weights`` come from the
+    selector (relative if ``normalize``), ``staleness`` is 0 for fresh reports and the number of
+    rounds late otherwise.
+    """
+
+    clients: np.ndarray
+    updates: torch.Tensor  # (k, dim)
+    weights: np.ndarray
+    normalize: bool
+    n_samples: np.ndarray
+    losses: np.ndarray
+    staleness: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.clients)
+
+    def weighted_mean(self) -> torch.Tensor:
+        """Σ w_i u_i (divided by Σ w_i when weights are relative); zero when there are no reports."""
+        if len(self) == 0:
+            return torch.zeros(self.updates.shape[1], dtype=self.updates.dtype)
+        w = torch.as_tensor(self.weights, dtype=self.updates.dtype)
+        if self.normalize:
+            total = float(w.sum())
+            w = w / total if total > 0 else torch.full_like(w, 1.0 / len(w))
+        return w @ self.updates
+
+
+class Algorithm(ABC):
+    """Client rule + server rule. Subclasses implement :meth:`aggregate`; the client hooks default to FedAvg's."""
+
+    Config: type[BaseModel]
+    #: model-sized vectors sent down / up per participating client per round (FedSUM sends 2 down).
+    downlink_vectors: int = 1
+    uplink_vectors: int = 1
+
+    def __init__(self, cfg: BaseModel, ctx: AlgorithmContext):
+        self.cfg = cfg
+        self.ctx = ctx
+
+    # ---- client rule (over tensors) -------------------------------------------------------
+    def client_start(self, client: int, global_params: torch.Tensor) -> torch.Tensor:
+        """Where the client's local training starts (default: the global model it downloaded)."""
+        return global_params
+
+    def grad_hook(self, client: int, start: torch.Tensor) -> GradHook | None:
+        """How the client's local gradient is modified (FedProx, SCAFFOLD). Default: unchanged."""
+        return None
+
+    def client_update(self, client: int, start: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
+        """What the client uploads (default: the model delta, new minus old)."""
+        return end - start
+
+    # ---- server rule ------------------------------------------------------------------------
+    @abstractmethod
+    def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
+        """The next global model from this round's reports (which may be empty)."""
+
+    def state_dict(self) -> dict[str, object]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)

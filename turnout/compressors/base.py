@@ -1,0 +1,52 @@
+"""The compressor interface and the wire-size rules shared by every compressor.
+
+Sizes are bytes. Values are float32 (4 B); a sparse message carries its coordinates either as
+int32 indices (4 B each) or as a bitmap over the model (⌈D/8⌉ B), whichever is smaller, and a
+message is never larger than the dense vector.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+import torch
+from pydantic import BaseModel
+
+from ..registry import Registry
+
+COMPRESSORS: Registry = Registry("compressor", "what goes on the wire up and down, with error feedback")
+
+VALUE_BYTES = 4
+INDEX_BYTES = 4
+
+
+def sparse_bytes(nnz: np.ndarray | int, dim: int, value_bytes: int = VALUE_BYTES) -> np.ndarray:
+    """Bytes to send ``nnz`` of ``dim`` coordinates: values + min(indices, bitmap), capped at dense."""
+    nnz = np.asarray(nnz, dtype=np.int64)
+    dense = dim * value_bytes
+    coded = nnz * value_bytes + np.minimum(nnz * INDEX_BYTES, (dim + 7) // 8)
+    return np.where(nnz >= dim, dense, np.minimum(coded, dense))
+
+
+class Compressor(ABC):
+    """Encodes client uploads and prices downloads from what each client lacks."""
+
+    Config: type[BaseModel]
+
+    def __init__(self, cfg: BaseModel, dim: int, seed: int):
+        self.cfg = cfg
+        self.dim = dim
+        self.seed = seed
+
+    @abstractmethod
+    def encode_uploads(self, round: int, clients: np.ndarray, updates: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
+        """(what the server decodes, bytes sent per client) for a batch of client updates ``(k, dim)``."""
+
+    def server_update(self, round: int, update: torch.Tensor) -> torch.Tensor:
+        """Compress the server's model change before it is applied/broadcast. Default: unchanged."""
+        return update
+
+    def download_bytes(self, lacking: np.ndarray) -> np.ndarray:
+        """Bytes to bring clients up to date, given how many coordinates each lacks."""
+        return sparse_bytes(lacking, self.dim)

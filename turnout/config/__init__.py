@@ -1,0 +1,1 @@
+"""Typed experiment configuration: YAML → validated pydantic models, with one-line errors."""

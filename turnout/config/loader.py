@@ -1,0 +1,168 @@
+"""Load an experiment file, apply ``--set`` overrides, and validate everything before any work.
+
+Validation resolves every seam's block against its registry and expands the variants, so a typo
+in the fifth variant fails at start-up with one line, not an hour into the run.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from ..errors import ConfigError
+from ..training.config import TrainConfig
+from .components import validate_component, validate_model
+from .schema import ExperimentConfig
+
+
+def seam_registries() -> dict[str, Any]:
+    """Config key → registry, for every seam (imports the component packages so they register)."""
+    from ..algorithms import ALGORITHMS
+    from ..availability import AVAILABILITY
+    from ..compressors import COMPRESSORS
+    from ..data import DATASETS
+    from ..devices import DEVICES
+    from ..executors import EXECUTORS
+    from ..models import MODELS
+    from ..recorders import RECORDERS
+    from ..round_modes import ROUND_MODES
+    from ..selectors import SELECTORS
+
+    return {"data": DATASETS, "model": MODELS, "algorithm": ALGORITHMS, "selector": SELECTORS,
+            "availability": AVAILABILITY, "devices": DEVICES, "round_mode": ROUND_MODES,
+            "compressor": COMPRESSORS, "executor": EXECUTORS, "recorder": RECORDERS}
+
+
+@dataclass(frozen=True)
+class Component:
+    """A seam's chosen component class and its validated options."""
+
+    name: str
+    cls: type
+    cfg: BaseModel
+
+    def build(self, *args, **kwargs):
+        return self.cls(self.cfg, *args, **kwargs)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **self.cfg.model_dump(mode="json")}
+
+
+@dataclass(frozen=True)
+class ResolvedExperiment:
+    """One fully validated variant of an experiment."""
+
+    variant: str
+    config: ExperimentConfig
+    train: TrainConfig
+    components: dict[str, Component]
+
+    def __getitem__(self, seam: str) -> Component:
+        return self.components[seam]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fully resolved configuration (defaults filled in), as written to ``config.yaml``."""
+        out = self.config.model_dump(mode="json", exclude={"variants"})
+        out["train"] = self.train.model_dump(mode="json")
+        out.update({seam: c.as_dict() for seam, c in self.components.items()})
+        return out
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("config", str(path), "file not found; give the path of an experiment YAML file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError("config", str(path), f"is not a UTF-8 text file ({exc.reason} at byte {exc.start}); "
+                                               "give the path of an experiment YAML file") from None
+    except OSError as exc:
+        raise ConfigError("config", str(path), f"cannot be read ({exc.strerror or exc})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ConfigError("config", str(path), f"is not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError("config", str(path), "must be a YAML mapping of keys (data, model, selector, ...)")
+    return data
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"a.b=c"`` → ``("a.b", yaml-parsed c)``."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError("--set", text, "expected KEY=VALUE with a dotted key, e.g. selector.clients_per_round=20")
+    try:
+        return key, yaml.safe_load(value) if value.strip() else ""
+    except yaml.YAMLError:
+        return key, value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any], where: str = "") -> dict[str, Any]:
+    """A copy of ``raw`` with dotted-key overrides applied (intermediate mappings are created)."""
+    out = copy.deepcopy(raw)
+    for key, value in overrides.items():
+        if not isinstance(key, str) or not key or any(not p for p in key.split(".")):
+            raise ConfigError(f"{where}{key}", value, "override keys must be dotted names like selector.clients_per_round")
+        node = out
+        parts = key.split(".")
+        for i, part in enumerate(parts[:-1]):
+            nxt = node.get(part)
+            if nxt is None:
+                nxt = node[part] = {}
+            elif isinstance(nxt, str) and i == 0:  # `selector: uniform` shorthand
+                nxt = node[part] = {"name": nxt}
+            elif not isinstance(nxt, dict):
+                raise ConfigError(f"{where}{'.'.join(parts[:i + 1])}", nxt,
+                                  f"is not a mapping, so {key} cannot be set")
+            node = nxt
+        # Changing a component's name drops the options of the component it replaces.
+        if parts[-1] == "name" and len(parts) == 2 and node.get("name") not in (None, value):
+            node.clear()
+        node[parts[-1]] = value
+    return out
+
+
+def resolve(raw: dict[str, Any], variant: str = "", prefix: str = "") -> ResolvedExperiment:
+    """Validate one (variant's) raw config dict completely."""
+    cfg = validate_model(ExperimentConfig, raw, prefix.rstrip("."))
+    train = validate_model(TrainConfig, cfg.train, f"{prefix}train")
+    components = {}
+    for seam, registry in seam_registries().items():
+        cls, opts = validate_component(registry, getattr(cfg, seam), f"{prefix}{seam}")
+        components[seam] = Component(getattr(cfg, seam)["name"] if isinstance(getattr(cfg, seam), dict)
+                                     else getattr(cfg, seam), cls, opts)
+    return ResolvedExperiment(variant=variant, config=cfg, train=train, components=components)
+
+
+def load_experiment(path: str | Path, overrides: list[str] | None = None) -> list[ResolvedExperiment]:
+    """Read, override and validate an experiment file; one resolved config per variant."""
+    raw = read_yaml(path)
+    return expand(raw, dict(parse_override(o) for o in (overrides or [])))
+
+
+def expand(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -> list[ResolvedExperiment]:
+    """Validate the base config and every variant; variants without a list mean one run named ``base``."""
+    raw = apply_overrides(raw, overrides or {})
+    base = resolve(raw)
+    if not base.config.variants:
+        return [ResolvedExperiment("base", base.config, base.train, base.components)]
+    out = []
+    for v in base.config.variants:
+        merged = apply_overrides({k: val for k, val in raw.items() if k != "variants"}, v.set,
+                                 where=f"variants[{v.name}].")
+        if "variants" in v.set or any(str(k).startswith("variants.") for k in v.set):
+            raise ConfigError(f"variants[{v.name}].set", v.set, "a variant cannot define variants")
+        out.append(resolve(merged, v.name, prefix=f"variants[{v.name}]."))
+    return out

@@ -1,0 +1,118 @@
+"""The experiment file: one block per simulation seam, plus variants and seeds to compare.
+
+```yaml
+name: quickstart
+seeds: [0, 1, 2]
+rounds: 100
+data:        {name: synthetic, alpha: 0.5, beta: 0.5}
+model:       {name: logreg}
+train:       {batch_size: 10, local_epochs: 1, lr: 0.05}
+algorithm:   {name: fedavg}
+selector:    {name: uniform, clients_per_round: 10}
+availability: {name: always}
+devices:     {name: homogeneous}
+round_mode:  {name: wait_all}
+compressor:  {name: none}
+executor:    {name: sequential}
+recorder:    {name: csv}
+eval:        {every: 5, target_accuracy: 0.7}
+variants:
+  - {name: K=5,  set: {selector.clients_per_round: 5}}
+  - {name: K=20, set: {selector.clients_per_round: 20}}
+```
+
+Component blocks are kept as plain dicts here and validated against the registered component's
+own ``Config`` by :func:`turnout.config.loader.resolve`, so adding a component never touches this file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from ..errors import ConfigError
+from .base import StrictModel
+
+
+class EvalConfig(StrictModel):
+    every: int = Field(1, ge=1, description="evaluate on the server test set every n rounds (and after the last)")
+    per_client: bool = Field(False, description="also evaluate every client's local test part at the end")
+    target_accuracy: float | None = Field(None, gt=0.0, le=1.0, description="report rounds/time/bytes to reach it")
+    batch_size: int = Field(2048, ge=1)
+    centralized_baseline: bool = Field(False, description="also train the model on the union of client training "
+                                                          "data and report its test accuracy (a ceiling)")
+    centralized_epochs: int = Field(30, ge=1)
+
+
+class OutputConfig(StrictModel):
+    plots: bool = True
+    progress: bool = True
+
+
+class RuntimeConfig(StrictModel):
+    torch_threads: int = Field(1, ge=1, le=256, description="intra-op threads; 1 is fastest for small models")
+
+
+class VariantConfig(StrictModel):
+    name: str = Field(min_length=1, max_length=80)
+    set: dict[str, Any] = Field(default_factory=dict, description="dotted key → value overrides")
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, v: str) -> str:
+        bad = set(v) & set('/\\\n\r\t"')
+        if bad:
+            raise ValueError(f"variant names may not contain {sorted(bad)}")
+        return v
+
+
+class ExperimentConfig(StrictModel):
+    """A whole experiment: the seams' blocks, the rounds, the seeds and the variants to compare."""
+
+    name: str = Field("experiment", min_length=1, max_length=80, pattern=r"^[A-Za-z0-9_.+=-]+$")
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, max_length=100)
+    rounds: int = Field(100, ge=1, le=1_000_000)
+    data: dict[str, Any] = Field(default_factory=lambda: {"name": "synthetic"})
+    model: dict[str, Any] = Field(default_factory=lambda: {"name": "logreg"})
+    train: dict[str, Any] = Field(default_factory=dict)
+    algorithm: dict[str, Any] = Field(default_factory=lambda: {"name": "fedavg"})
+    selector: dict[str, Any] = Field(default_factory=lambda: {"name": "uniform"})
+    availability: dict[str, Any] = Field(default_factory=lambda: {"name": "always"})
+    devices: dict[str, Any] = Field(default_factory=lambda: {"name": "homogeneous"})
+    round_mode: dict[str, Any] = Field(default_factory=lambda: {"name": "wait_all"})
+    compressor: dict[str, Any] = Field(default_factory=lambda: {"name": "none"})
+    executor: dict[str, Any] = Field(default_factory=lambda: {"name": "sequential"})
+    recorder: dict[str, Any] = Field(default_factory=lambda: {"name": "csv"})
+    eval: EvalConfig = EvalConfig()
+    output: OutputConfig = OutputConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
+    variants: list[VariantConfig] = Field(default_factory=list, max_length=200)
+
+    # Whole-model checks raise ConfigError themselves, naming the key: a pydantic error raised by a
+    # model validator has no location, so it would name no key and show the whole config as the value.
+    @model_validator(mode="before")
+    @classmethod
+    def _seed_alias(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "seed" in data:
+            if "seeds" in data:
+                raise ConfigError("seed", data["seed"], "give either seed or seeds, not both")
+            data = dict(data)
+            seed = data.pop("seed")
+            data["seeds"] = [seed]
+        return data
+
+    @model_validator(mode="after")
+    def _unique(self):
+        seen: set[int] = set()
+        for i, seed in enumerate(self.seeds):
+            if seed in seen:
+                raise ConfigError(f"seeds[{i}]", seed, f"seeds must be distinct; {seed} is listed twice")
+            seen.add(seed)
+        first: dict[str, int] = {}
+        for i, v in enumerate(self.variants):
+            if v.name in first:
+                raise ConfigError(f"variants[{i}].name", v.name,
+                                  f"variant names must be distinct; variants[{first[v.name]}] is already named so")
+            first[v.name] = i
+        return self

@@ -1,0 +1,7 @@
+"""Federated datasets (arrays + per-client offsets), their loaders and partitioners."""
+
+from . import digits, idx, leaf, partition, shakespeare, synthetic  # noqa: F401  (register components)
+from .federated import FederatedDataset
+from .registry import DATASETS, PARTITIONERS
+
+__all__ = ["DATASETS", "PARTITIONERS", "FederatedDataset"]

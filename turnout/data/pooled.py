@@ -1,0 +1,58 @@
+"""Turn a pooled dataset (no natural clients) into a federated one with a partitioner.
+
+Digits, Fashion-MNIST and MNIST have no per-user split, so their training pool is divided by a
+registered partitioner (IID, Dirichlet label skew, shards, ...). Each client's rows are then split
+into a local train part and a local test part (``client_test_fraction``), and the dataset's own
+held-out test set becomes the server test set.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from .. import rng as rngmod
+from ..config.base import StrictModel
+from ..config.components import validate_component
+from .federated import FederatedDataset, group_by_client, offsets_from_counts
+from .registry import PARTITIONERS
+
+
+class PooledSplitConfig(StrictModel):
+    """Options shared by every dataset that needs a partitioner."""
+
+    num_clients: int = Field(100, ge=1, le=10_000_000)
+    partition: dict[str, Any] = Field(default_factory=lambda: {"name": "iid"})
+    client_test_fraction: float = Field(0.1, ge=0.0, lt=1.0)
+
+    @model_validator(mode="after")
+    def _check_partition(self):
+        validate_component(PARTITIONERS, self.partition, "partition")
+        return self
+
+
+def split_pool(name: str, x: np.ndarray, y: np.ndarray, x_server_test: np.ndarray, y_server_test: np.ndarray,
+               num_classes: int, cfg: PooledSplitConfig, seed: int, extras: dict | None = None) -> FederatedDataset:
+    """Partition ``(x, y)`` over ``cfg.num_clients`` clients and carve each client's local test part."""
+    part_cls, part_cfg = validate_component(PARTITIONERS, cfg.partition, "partition")
+    client_of_row = part_cls.assign(part_cfg, y, cfg.num_clients, rngmod.stream(seed, "partition"))
+    order, offsets = group_by_client(client_of_row, cfg.num_clients)
+    # Shuffle within each client (one stream for the whole population, so it is vectorised),
+    # then send the last ``client_test_fraction`` of each client's rows to its local test part.
+    r = rngmod.stream(seed, "client-split")
+    counts = np.diff(offsets)
+    owner = np.repeat(np.arange(cfg.num_clients), counts)
+    order = order[np.lexsort((r.random(len(order)), owner))]
+    n_test = np.floor(counts * cfg.client_test_fraction).astype(np.int64)
+    pos = np.arange(len(order)) - np.repeat(offsets[:-1], counts)
+    is_test = pos >= np.repeat(counts - n_test, counts)
+    tr, te = order[~is_test], order[is_test]
+    return FederatedDataset(
+        name=name,
+        x_train=x[tr], y_train=y[tr].astype(np.int64), train_offsets=offsets_from_counts(counts - n_test),
+        x_test=x[te], y_test=y[te].astype(np.int64), test_offsets=offsets_from_counts(n_test),
+        x_server_test=x_server_test, y_server_test=y_server_test.astype(np.int64),
+        num_classes=num_classes, input_shape=tuple(x.shape[1:]), extras=extras or {},
+    )

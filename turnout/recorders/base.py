@@ -1,0 +1,45 @@
+"""The recorder interface: write tidy tables (one row per round / per client) to a run folder."""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Sequence
+
+from pydantic import BaseModel
+
+from ..registry import Registry
+
+RECORDERS: Registry = Registry("recorder", "where results go")
+
+
+def format_value(v: object) -> object:
+    """Deterministic text for a cell: shortest round-trip repr for floats, empty for NaN."""
+    if isinstance(v, float):
+        return "" if math.isnan(v) else repr(v)
+    return v
+
+
+class Recorder(ABC):
+    """Writes a table given as columns (name → equal-length sequence) into ``folder``.
+
+    Columns, not row objects, because a per-client table over a million clients is a handful of
+    arrays, not a million dicts.
+    """
+
+    Config: type[BaseModel]
+
+    def __init__(self, cfg: BaseModel):
+        self.cfg = cfg
+
+    @abstractmethod
+    def write_table(self, folder: Path, name: str, columns: dict[str, Sequence]) -> Path:
+        """Write the table and return the file written."""
+
+
+def rows_to_columns(rows: list[dict]) -> dict[str, list]:
+    """Rows sharing the first row's keys → columns."""
+    if not rows:
+        return {}
+    return {k: [r.get(k) for r in rows] for k in rows[0]}

@@ -1,0 +1,42 @@
+"""Uniform sampling without replacement (FedAvg's default)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from ..config.base import StrictModel
+from .base import SELECTORS, Cohort, Selector
+
+
+class UniformConfig(StrictModel):
+    clients_per_round: int = Field(10, ge=1, description="K: reports wanted per round")
+    weighting: Literal["n_samples", "equal", "unbiased"] = Field(
+        "n_samples",
+        description="n_samples: n_k / Σ n over the reports received; equal: 1/K over the reports received; "
+                    "unbiased: (N/K)·p_k with p_k = n_k / Σ_all n (FedAvg's unbiased form, not renormalised)")
+
+
+@SELECTORS.register("uniform")
+class UniformSelector(Selector):
+    """K clients uniformly at random, without replacement, from the available ones."""
+
+    Config = UniformConfig
+
+    def target(self) -> int:
+        return self.cfg.clients_per_round
+
+    def select(self, round: int, available: np.ndarray, launch: int, rng: np.random.Generator) -> Cohort:
+        k = min(launch, len(available))
+        clients = np.sort(rng.choice(available, size=k, replace=False)) if k else np.zeros(0, np.int64)
+        n = self.n_train[clients].astype(np.float64)
+        w = self.cfg.weighting
+        if w == "n_samples":
+            return Cohort(clients, n, normalize=True, target=min(self.target(), k))
+        if w == "equal":
+            return Cohort(clients, np.ones(k), normalize=True, target=min(self.target(), k))
+        p = n / float(self.n_train.sum())
+        return Cohort(clients, p * self.num_clients / max(1, self.target()), normalize=False,
+                      target=min(self.target(), k))

@@ -1,0 +1,165 @@
+"""Local SGD written over parameter tensors.
+
+The optimiser step is plain tensor arithmetic on a dict of parameters, and gradients come from
+``torch.func.grad_and_value`` over ``functional_call``: no ``nn.Module`` state changes, no
+``torch.optim`` objects. That makes one client's training a pure function
+``(start params, batches, hyper-parameters) → end params`` which the sequential executor calls
+per client and a vectorised executor can ``vmap`` over stacked clients, on the same code path.
+
+Algorithms that change the local objective (FedProx's proximal term, SCAFFOLD's control
+variates) do so through a ``grad_hook`` that edits the gradient, again over tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..models.flat import FlatModel
+from .config import TrainConfig
+
+Params = dict[str, torch.Tensor]
+#: ``hook(params, grads) -> grads``: how an algorithm changes the local gradient.
+GradHook = Callable[[Params, Params], Params]
+
+
+def batch_indices(n: int, batch_size: int, steps: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Row indices of ``steps`` minibatches: reshuffled epochs, the last batch of each may be short."""
+    if n == 0:
+        return []
+    out: list[np.ndarray] = []
+    while len(out) < steps:
+        perm = rng.permutation(n)
+        out.extend(perm[i:i + batch_size] for i in range(0, n, batch_size))
+    return out[:steps]
+
+
+@dataclass
+class LocalResult:
+    """What local training produced for one client."""
+
+    params: torch.Tensor  # flat end point
+    buffers: dict[str, torch.Tensor]
+    mean_loss: float
+    steps: int
+    samples: int  # samples processed (for the compute-time model)
+
+
+class LocalTrainer:
+    """Runs minibatch SGD (momentum, weight decay, clipping) from a flat start point."""
+
+    def __init__(self, model: FlatModel, cfg: TrainConfig, grad_backend: str = "autograd"):
+        if grad_backend not in ("autograd", "functional"):
+            raise ValueError(f"grad_backend must be 'autograd' or 'functional', not {grad_backend!r}")
+        self.model = model
+        self.cfg = cfg
+        self.grad_backend = grad_backend
+
+        def loss_fn(params: Params, buffers: dict, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(model.forward(params, buffers, x), y)
+
+        self.loss_fn = loss_fn
+        self._functional_grad = torch.func.grad_and_value(loss_fn)
+
+    def grad_and_loss(self, params: Params, buffers: dict, x: torch.Tensor, y: torch.Tensor) -> tuple[Params, torch.Tensor]:
+        """Gradient of the minibatch loss w.r.t. ``params`` (and the loss).
+
+        ``grad_backend: autograd`` (default) differentiates with ``torch.autograd.grad`` through
+        ``functional_call`` — about 5× less overhead per step than ``torch.func`` on small models,
+        which dominates a sequential simulation. ``functional`` uses ``torch.func.grad_and_value``,
+        the form a ``vmap``-ed executor needs. Both compute the same gradient (tested).
+        """
+        if self.grad_backend == "functional":
+            return self._functional_grad(params, buffers, x, y)
+        # ``params`` are fresh leaf tensors (built under no_grad), so they can be marked in place.
+        for v in params.values():
+            v.requires_grad_(True)
+        loss = self.loss_fn(params, buffers, x, y)
+        grads = torch.autograd.grad(loss, list(params.values()))
+        for v in params.values():
+            v.requires_grad_(False)
+        return dict(zip(params, grads)), loss.detach()
+
+    def sgd_step(self, params: Params, grads: Params, velocity: Params | None, lr: float) -> tuple[Params, Params | None]:
+        """One SGD update as tensor arithmetic (PyTorch's SGD semantics for momentum/nesterov/wd)."""
+        cfg = self.cfg
+        if cfg.weight_decay:
+            grads = {k: g + cfg.weight_decay * params[k] for k, g in grads.items()}
+        if cfg.momentum:
+            velocity = {k: g.clone() for k, g in grads.items()} if velocity is None else \
+                {k: cfg.momentum * velocity[k] + g for k, g in grads.items()}
+            step = {k: g + cfg.momentum * velocity[k] for k, g in grads.items()} if cfg.nesterov else velocity
+        else:
+            step = grads
+        return {k: p - lr * step[k] for k, p in params.items()}, velocity
+
+    def train(self, start: torch.Tensor, buffers: dict[str, torch.Tensor], x: np.ndarray, y: np.ndarray,
+              steps: int, lr: float, rng: np.random.Generator, grad_hook: GradHook | None = None) -> LocalResult:
+        """Train from the flat vector ``start`` on ``(x, y)`` for ``steps`` minibatches."""
+        self.model.module.train()
+        params = {k: v.detach().clone() for k, v in self.model.unflatten(start).items()}
+        buffers = {k: v.clone() for k, v in buffers.items()}
+        xt, yt = torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(np.ascontiguousarray(y))
+        velocity = None
+        total_loss, samples = 0.0, 0
+        batches = batch_indices(len(y), self.cfg.batch_size, steps, rng)
+        for idx in batches:
+            ti = torch.from_numpy(idx)
+            grads, loss = self.grad_and_loss(params, buffers, xt[ti], yt[ti])
+            if grad_hook is not None:
+                grads = grad_hook(params, grads)
+            if self.cfg.grad_clip is not None:
+                norm = torch.sqrt(sum((g * g).sum() for g in grads.values()))
+                scale = torch.clamp(self.cfg.grad_clip / (norm + 1e-12), max=1.0)
+                grads = {k: g * scale for k, g in grads.items()}
+            with torch.no_grad():
+                params, velocity = self.sgd_step(params, grads, velocity, lr)
+            total_loss += float(loss) * len(idx)
+            samples += len(idx)
+        return LocalResult(params=self.model.flatten(params).detach(), buffers=buffers,
+                           mean_loss=total_loss / max(1, samples), steps=len(batches), samples=samples)
+
+
+@torch.no_grad()
+def evaluate(model: FlatModel, flat: torch.Tensor, buffers: dict[str, torch.Tensor], x: np.ndarray, y: np.ndarray,
+             batch_size: int = 2048) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) of the flat parameters on ``(x, y)``."""
+    if len(y) == 0:
+        return float("nan"), float("nan")
+    model.module.eval()
+    params = model.unflatten(flat)
+    correct, loss = 0, 0.0
+    for a in range(0, len(y), batch_size):
+        xb = torch.from_numpy(np.ascontiguousarray(x[a:a + batch_size]))
+        yb = torch.from_numpy(np.ascontiguousarray(y[a:a + batch_size]))
+        logits = model.forward(params, buffers, xb)
+        loss += float(F.cross_entropy(logits, yb, reduction="sum"))
+        correct += int((logits.argmax(1) == yb).sum())
+    return correct / len(y), loss / len(y)
+
+
+def evaluate_many(model: FlatModel, flat: torch.Tensor, buffers: dict, x: np.ndarray, y: np.ndarray,
+                  offsets: np.ndarray, batch_size: int = 2048) -> tuple[np.ndarray, np.ndarray]:
+    """Per-segment accuracy and loss (e.g. every client's local test part) in one pass over ``x``."""
+    n_seg = len(offsets) - 1
+    if len(y) == 0:
+        return np.full(n_seg, np.nan), np.full(n_seg, np.nan)
+    model.module.eval()
+    params = model.unflatten(flat)
+    correct = np.zeros(len(y), dtype=np.float64)
+    losses = np.zeros(len(y), dtype=np.float64)
+    with torch.no_grad():
+        for a in range(0, len(y), batch_size):
+            xb = torch.from_numpy(np.ascontiguousarray(x[a:a + batch_size]))
+            yb = torch.from_numpy(np.ascontiguousarray(y[a:a + batch_size]))
+            logits = model.forward(params, buffers, xb)
+            losses[a:a + len(yb)] = F.cross_entropy(logits, yb, reduction="none").numpy()
+            correct[a:a + len(yb)] = (logits.argmax(1) == yb).numpy()
+    seg = np.repeat(np.arange(n_seg), np.diff(offsets))
+    counts = np.diff(offsets).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (np.bincount(seg, correct, n_seg) / counts, np.bincount(seg, losses, n_seg) / counts)

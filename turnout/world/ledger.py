@@ -1,0 +1,47 @@
+"""Per-coordinate change record: the exact download size of a client that is r rounds stale.
+
+A client that last synced after round r lacks exactly the coordinates the server changed after
+r. Keeping, per coordinate, the round it last changed (plus a histogram of those rounds) answers
+"how many coordinates does this client lack" for a whole cohort in O(rounds) each, whatever the
+algorithm or compressor: dense updates touch every coordinate, sparse ones (top-k, GlueFL) only
+their support, and a stale client pays for the union of what it missed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: ``last_changed`` of the initial model: every client lacks it until its first download.
+INITIAL = -1
+
+
+class CoordinateLedger:
+    """``last_changed[j]`` = last round whose aggregation changed coordinate ``j``."""
+
+    def __init__(self, dim: int, max_rounds: int):
+        self.dim = dim
+        self.last_changed = np.full(dim, INITIAL, dtype=np.int32)
+        # hist[r + 1] = number of coordinates whose last change was round r (r = −1 is the initial model).
+        self.hist = np.zeros(max_rounds + 2, dtype=np.int64)
+        self.hist[0] = dim
+
+    def record(self, round: int, changed: np.ndarray) -> int:
+        """Mark coordinates (bool mask or index array) as changed by round ``round``; returns how many."""
+        idx = np.flatnonzero(changed) if changed.dtype == bool else np.asarray(changed, dtype=np.int64)
+        if len(idx) == 0:
+            return 0
+        old = self.last_changed[idx]
+        self.hist -= np.bincount(old + 1, minlength=len(self.hist))[: len(self.hist)]
+        self.hist[round + 1] += len(idx)
+        self.last_changed[idx] = round
+        return len(idx)
+
+    def lacking(self, synced_through: np.ndarray) -> np.ndarray:
+        """How many coordinates each client lacks, given the last round its copy includes."""
+        suffix = np.concatenate([np.cumsum(self.hist[::-1])[::-1], [0]])  # suffix[k] = #coords with last_changed+1 >= k
+        k = np.clip(np.asarray(synced_through, dtype=np.int64) + 2, 0, len(self.hist))
+        return suffix[k]
+
+    def lacking_mask(self, synced_through: int) -> np.ndarray:
+        """Which coordinates a client synced through ``synced_through`` lacks (for compressors that need the set)."""
+        return self.last_changed > synced_through
