@@ -97,3 +97,55 @@ def test_unbiased_weighting_is_not_renormalised():
     assert not cohort.normalize
     p = sim.data.n_train[cohort.clients] / sim.data.n_train.sum()
     np.testing.assert_allclose(cohort.weights, p * 12 / 4)
+
+
+def test_full_participation_has_zero_delay_and_partial_participation_does_not():
+    raw = {**TINY, "rounds": 4, "selector": {"name": "uniform", "clients_per_round": 12}}
+    _, res = simulate(raw)
+    assert [r["tau"] for r in res.rounds] == [0, 0, 0, 0]
+    assert res.summary["tau_max"] == 0 and res.summary["selection_count_var"] == 0.0
+    _, res = simulate({**TINY, "rounds": 4})
+    taus = [r["tau"] for r in res.rounds]
+    # with 4 of 12 per round, somebody has not participated yet after round 0: τ(0) = 0 − (−1) = 1
+    assert taus[0] == 1 and all(t >= 1 for t in taus)
+    assert res.summary["tau_max"] == max(taus) and res.summary["tau_avg"] == pytest.approx(np.mean(taus))
+
+
+def test_late_reports_are_parked_then_aggregated_or_wasted():
+    """A client cut by the round mode keeps computing; on arrival its work is used or wasted."""
+    from turnout.round_modes.base import RoundClose
+
+    class CutSlowest:
+        empty_round_s = 60.0
+
+        def launch_count(self, target):
+            return target
+
+        def close(self, finish, dropped, target):
+            late = np.zeros(len(finish), bool)
+            late[np.argmax(finish)] = True
+            return RoundClose(aggregated=~late, late=late, duration_s=float(np.sort(finish)[-2]), busy_s=finish)
+
+    for uses_stale in (False, True):
+        exp = expand({**TINY, "rounds": 3})[0]
+        data = prepare([exp]).dataset_for(exp, 0)
+        sim = Simulation(exp, data, 0)
+        sim.round_mode = CutSlowest()
+        sim.algorithm.uses_stale_updates = uses_stale
+        sim.algorithm.max_staleness = 5
+        # client speeds differ so one client per round is the slowest
+        sim.population.devices.compute_s_per_sample[:] = 0.001 * (1 + np.arange(12))
+        res = sim.run()
+        rows = res.rounds
+        assert [r["n_late"] for r in rows] == [1, 1, 1]
+        # a late report needs more than the round's duration, so it arrives in a later round
+        assert rows[0]["n_stale"] + rows[0]["n_stale_dropped"] == 0
+        used = sum(r["n_stale"] for r in rows)
+        dropped = sum(r["n_stale_dropped"] for r in rows)
+        if uses_stale:
+            assert used >= 1 and dropped == 0
+            assert res.summary["late_unused_s"] > 0  # the last round's late report never arrives
+        else:
+            assert used == 0 and dropped >= 1
+        total_wasted = sim.population.wasted_s.sum()
+        assert total_wasted == pytest.approx(sum(r["wasted_s"] for r in rows) + res.summary["late_unused_s"])

@@ -24,6 +24,9 @@ from .executors.base import ClientBatch
 from .models.flat import FlatModel
 from .training.local_sgd import LocalTrainer, evaluate, evaluate_many
 from .world.ledger import CoordinateLedger
+from .world.context import WorldContext
+from .world.late import LateBuffer
+from .world.participation import ParticipationTracker
 from .world.population import Population
 
 #: ``callback(round_index, row)`` after every round (progress bars).
@@ -64,7 +67,9 @@ class Simulation:
         self.buffers = self.model.buffers()
         dim = self.model.dim
 
-        self.availability = exp["availability"].build(n_train, seed, data.extras)
+        world = WorldContext(num_clients=n, n_train=n_train, label_hist=data.label_histogram(), seed=seed,
+                             rounds=cfg.rounds, extras=data.extras)
+        self.availability = exp["availability"].build(world)
         devices = exp["devices"].build()
         self.population = Population(n_train=n_train, devices=devices.profiles(n, seed))
         self.selector = exp["selector"].build(n_train, seed)
@@ -77,7 +82,10 @@ class Simulation:
         self.executor = exp["executor"].build()
         self.trainer = LocalTrainer(self.model, exp.train)
         self.ledger = CoordinateLedger(dim, cfg.rounds)
+        self.late = LateBuffer(dim)
+        self.participation = ParticipationTracker(n)
         self.sim_time = 0.0
+        self.unused_late_s = 0.0
 
     # ------------------------------------------------------------------------------------------
     def run(self, on_round: RoundCallback | None = None) -> RunResult:
@@ -96,14 +104,20 @@ class Simulation:
                     on_round(r, row)
         finally:
             self.executor.close()
-        return RunResult(self.exp.variant, self.seed, rows, self._client_columns(),
-                         {"wall_s": time.perf_counter() - wall0}, self.params)
+        self.finish()
+        summary = {"wall_s": time.perf_counter() - wall0, "late_unused_s": self.unused_late_s,
+                   **self.participation.summary(self.population.times_selected)}
+        return RunResult(self.exp.variant, self.seed, rows, self._client_columns(), summary, self.params)
 
     def step(self, r: int) -> dict:
         """Simulate round ``r`` and return its row of ``rounds.csv`` (accuracy filled in by :meth:`run`)."""
         pop, cfg = self.population, self.exp.config
         t0 = self.sim_time
-        available = np.flatnonzero(self.availability.available(r, t0))
+        online = self.availability.available(r, t0)
+        if len(self.late):  # a device still computing a late report is busy
+            online = online.copy()
+            online[self.late.busy_clients()] = False
+        available = np.flatnonzero(online)
         target = self.selector.target()
         cohort = self.selector.select(r, available, self.round_mode.launch_count(target),
                                       rngmod.stream(self.seed, "selection", r))
@@ -129,12 +143,30 @@ class Simulation:
                   + up / dev.up_bytes_per_s[clients])
         dropped_at = self.availability.online_until(clients, r, t0) - t0
         close = self.round_mode.close(finish, dropped_at, cohort.target)
-        agg = close.aggregated
+        agg, late = close.aggregated, close.late & ~close.aggregated
+        duration = close.duration_s if k else self.round_mode.empty_round_s
+        t_close = t0 + duration
 
-        reports = Reports(clients=clients[agg], updates=decoded[torch.from_numpy(agg)],
-                          weights=cohort.weights[agg], normalize=cohort.normalize,
-                          n_samples=pop.n_train[clients[agg]], losses=result.losses[agg],
-                          staleness=np.zeros(int(agg.sum()), dtype=np.int64))
+        # Late reports: park this round's, collect earlier ones that have arrived by the close.
+        self.late.add(r, clients[late], t0 + finish[late], decoded[torch.from_numpy(late)], cohort.weights[late],
+                      pop.n_train[clients[late]], result.losses[late], close.busy_s[late])
+        arrived = self.late.pop_arrived(t_close)
+        stale_ok = (np.full(len(arrived), self.algorithm.uses_stale_updates)
+                    & (r - arrived.origin_round <= self.algorithm.max_staleness))
+        stale_wasted = float(arrived.busy_s[~stale_ok].sum())
+        pop.wasted_s[arrived.clients[~stale_ok]] += arrived.busy_s[~stale_ok]
+        pop.times_aggregated[arrived.clients[stale_ok]] += 1
+
+        fresh_clients = clients[agg]
+        ok_t = torch.from_numpy(stale_ok)
+        reports = Reports(clients=np.concatenate([fresh_clients, arrived.clients[stale_ok]]),
+                          updates=torch.cat([decoded[torch.from_numpy(agg)], arrived.updates[ok_t]]),
+                          weights=np.concatenate([cohort.weights[agg], arrived.weights[stale_ok]]),
+                          normalize=cohort.normalize,
+                          n_samples=np.concatenate([pop.n_train[fresh_clients], arrived.n_samples[stale_ok]]),
+                          losses=np.concatenate([result.losses[agg], arrived.losses[stale_ok]]),
+                          staleness=np.concatenate([np.zeros(len(fresh_clients), np.int64),
+                                                    r - arrived.origin_round[stale_ok]]))
         new = self.algorithm.aggregate(r, self.params, reports)
         new = self.params + self.compressor.server_update(r, new - self.params)
         changed = self.ledger.record(r, (new != self.params).numpy())
@@ -143,29 +175,38 @@ class Simulation:
             self.buffers = _average_buffers([result.buffers[i] for i in np.flatnonzero(agg)], cohort.weights[agg])
 
         self.selector.observe(r, clients, agg, result.losses, close.busy_s)
-        # Per-client accounting: uploads only count for clients that delivered (or were cut while sending).
-        delivered_up = np.where(close.busy_s >= finish, up, 0)
+        # Per-client accounting: an upload happens when the client delivers (on time or late).
+        delivers = agg | late
+        delivered_up = np.where(delivers, up, 0)
         pop.times_selected[clients] += 1
-        pop.times_aggregated[clients[agg]] += 1
+        pop.times_aggregated[fresh_clients] += 1
         pop.last_round[clients] = r
         pop.bytes_down[clients] += down
         pop.bytes_up[clients] += delivered_up
         pop.resource_s[clients] += close.busy_s
-        wasted = np.where(agg | close.late, 0.0, close.busy_s)
+        wasted = np.where(delivers, 0.0, close.busy_s)  # late work is judged when it arrives
         pop.wasted_s[clients] += wasted
-        self.sim_time = t0 + close.duration_s
+        tau = self.participation.record(r, clients, reports.clients)
+        self.sim_time = t_close
 
         return {
-            "round": r, "sim_time_s": self.sim_time, "round_duration_s": close.duration_s,
+            "round": r, "sim_time_s": self.sim_time, "round_duration_s": duration,
             "accuracy": float("nan"), "loss": float("nan"),
             "train_loss": float(np.average(result.losses[agg], weights=np.maximum(result.samples[agg], 1)))
             if agg.any() else float("nan"),
             "lr": lr, "bytes_up": int(delivered_up.sum()), "bytes_down": int(down.sum()),
-            "n_available": int(len(available)), "n_selected": k, "n_aggregated": int(agg.sum()),
-            "n_stale": 0, "n_dropped": int((finish > dropped_at).sum()),
-            "resource_s": float(close.busy_s.sum()), "wasted_s": float(wasted.sum()),
-            "coords_changed": int(changed),
+            "n_available": int(len(available)), "n_selected": k, "n_aggregated": len(reports),
+            "n_stale": int(stale_ok.sum()), "n_late": int(late.sum()), "n_stale_dropped": int((~stale_ok).sum()),
+            "n_dropped": int((finish > dropped_at).sum()),
+            "resource_s": float(close.busy_s.sum()), "wasted_s": float(wasted.sum()) + stale_wasted,
+            "tau": tau, "coords_changed": int(changed),
         }
+
+    def finish(self) -> None:
+        """Reports still in flight when the run ends never reach the model: their work is wasted."""
+        left = self.late.pop_all()
+        self.population.wasted_s[left.clients] += left.busy_s
+        self.unused_late_s = float(left.busy_s.sum())
 
     def _client_columns(self) -> dict[str, np.ndarray]:
         pop, d = self.population, self.data
@@ -173,6 +214,7 @@ class Simulation:
             "client": np.arange(pop.size), "n_train": pop.n_train, "times_selected": pop.times_selected,
             "times_aggregated": pop.times_aggregated, "bytes_up": pop.bytes_up, "bytes_down": pop.bytes_down,
             "resource_s": pop.resource_s, "wasted_s": pop.wasted_s, "last_round": pop.last_round,
+            **self.participation.client_columns(),
         }
         if self.exp.config.eval.per_client:
             acc, loss = evaluate_many(self.model, self.params, self.buffers, d.x_test, d.y_test, d.test_offsets,

@@ -44,7 +44,8 @@ from .recorders.base import rows_to_columns
 
 SUMMARY_KEYS = ("final_accuracy", "best_accuracy", "final_loss", "rounds_to_target", "sim_time_to_target_s",
                 "bytes_down_to_target", "bytes_up_to_target", "bytes_up", "bytes_down", "sim_time_s",
-                "resource_s", "wasted_s", "centralized_accuracy", "wall_s")
+                "resource_s", "wasted_s", "tau_max", "tau_avg", "selection_count_var", "centralized_accuracy",
+                "wall_s")
 
 
 def versions() -> dict[str, str]:
@@ -81,16 +82,45 @@ def prepare(variants: list[ResolvedExperiment]) -> Plan:
             raise ConfigError(f"variants[{v.variant}].seeds", v.config.seeds,
                               "variants must share the experiment's seeds (compare on the same populations)")
     datasets: dict[tuple[str, int], FederatedDataset] = {}
+    fits: set[tuple[str, str]] = set()
     for v in variants:
         key = _data_key(v)
         comp = v["data"]
         for seed in base.seeds:
             if (key, seed) not in datasets:
-                datasets[(key, seed)] = comp.cls.build(comp.cfg, seed)
+                try:
+                    datasets[(key, seed)] = comp.cls.build(comp.cfg, seed)
+                except ConfigError as exc:  # a dataset names keys relative to its own block
+                    raise ConfigError(f"{_where(variants, v)}data.{exc.key}", exc.value, exc.allowed) from None
             n = datasets[(key, seed)].num_clients
             if n == 0:
                 raise DataError(f"dataset {comp.name!r} produced no clients; check its options")
+            model_key = (json.dumps(v["model"].as_dict(), sort_keys=True), key)
+            if model_key not in fits:
+                _check_model_fits(v, datasets[(key, seed)], seed, _where(variants, v))
+                fits.add(model_key)
     return Plan(base.name, variants, list(base.seeds), datasets)
+
+
+def _where(variants: list[ResolvedExperiment], v: ResolvedExperiment) -> str:
+    """Key prefix naming the variant in errors (none for an experiment without variants)."""
+    return "" if len(variants) == 1 and v.variant == "base" else f"variants[{v.variant}]."
+
+
+def _check_model_fits(exp: ResolvedExperiment, data: FederatedDataset, seed: int, where: str) -> None:
+    """Build the model and run it on two training samples: a model that does not fit the data is a config error."""
+    comp = exp["model"]
+    try:
+        module = build_model(exp, data, seed).module.eval()
+        with torch.no_grad():
+            out = module(torch.from_numpy(np.ascontiguousarray(data.x_train[:2])))
+    except (ValueError, IndexError, RuntimeError, TypeError) as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{where}model.name", comp.name, f"does not fit dataset {data.name!r} "
+                          f"(input_shape {tuple(data.input_shape)}, {data.num_classes} classes): {why}") from None
+    if out.shape[-1] != data.num_classes:
+        raise ConfigError(f"{where}model.name", comp.name,
+                          f"outputs {out.shape[-1]} scores but dataset {data.name!r} has {data.num_classes} classes")
 
 
 def _cumulate(rows: list[dict]) -> None:
@@ -159,6 +189,14 @@ def check_out_dir(out: Path) -> None:
 def run_plan(plan: Plan, out: Path, progress: Callable[[str, int, int, dict], None] | None = None) -> dict:
     """Run every (variant, seed) and write the run folder; returns the summary dict."""
     check_out_dir(out)
+    # Pre-flight: build every simulation once (cheap: model init and population arrays) so checks
+    # that need the dataset, such as K <= number of clients, fail before the folder exists.
+    for exp in plan.variants:
+        for seed in plan.seeds:
+            try:
+                Simulation(exp, plan.dataset_for(exp, seed), seed)
+            except ConfigError as exc:
+                raise ConfigError(_where(plan.variants, exp) + exc.key, exc.value, exc.allowed) from None
     work = out.with_name(out.name + ".partial")
     work.mkdir(parents=True)
     first = plan.variants[0]

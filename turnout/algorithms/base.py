@@ -70,6 +70,10 @@ class Algorithm(ABC):
     #: model-sized vectors sent down / up per participating client per round (FedSUM sends 2 down).
     downlink_vectors: int = 1
     uplink_vectors: int = 1
+    #: whether late reports (deadline / over-commit stragglers) are aggregated when they arrive,
+    #: and how many rounds late they may be; others are dropped on arrival and counted as waste.
+    uses_stale_updates: bool = False
+    max_staleness: int = 0
 
     def __init__(self, cfg: BaseModel, ctx: AlgorithmContext):
         self.cfg = cfg

@@ -8,6 +8,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from ..registry import Registry
+from ..world.context import WorldContext
 
 AVAILABILITY: Registry = Registry("availability", "which clients can be reached at round t (and until when)")
 
@@ -21,15 +22,14 @@ class Availability(ABC):
 
     Config: type[BaseModel]
 
-    def __init__(self, cfg: BaseModel, n_train: np.ndarray, seed: int, extras: dict | None = None):
+    def __init__(self, cfg: BaseModel, world: WorldContext):
         self.cfg = cfg
-        self.n_train = n_train
-        self.seed = seed
-        self.extras = extras or {}
+        self.world = world
+        self.seed = world.seed
 
     @property
     def num_clients(self) -> int:
-        return len(self.n_train)
+        return self.world.num_clients
 
     @abstractmethod
     def available(self, round: int, time_s: float) -> np.ndarray:

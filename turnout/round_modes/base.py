@@ -33,6 +33,9 @@ class RoundMode(ABC):
     """Decides how many clients to launch for a target of K and when the round closes."""
 
     Config: type[BaseModel]
+    #: simulated seconds a round takes when nobody could be launched (nobody online): the server
+    #: waits this long before trying again, so trace-driven time still advances.
+    empty_round_s: float = 60.0
 
     def __init__(self, cfg: BaseModel):
         self.cfg = cfg

@@ -1,0 +1,103 @@
+"""Deadline rounds: aggregate what arrives within ``deadline_s``; later arrivals are kept as late reports.
+
+Follows REFL's "DL" mode (seed-algorithms.md §6.1, ``exp_type = 0``; §7.3 "Deadline round"):
+no over-commitment; the clients that deliver within the deadline ``d`` are collected in completion
+order; the clock advances by ``d``. Clients that miss the deadline but do not drop out are the
+stragglers of REFL's SAA (§6.4): they keep training from the model they downloaded and are flagged
+``late`` so that an engine / algorithm that uses stale updates can apply them in a later round
+(physically consistent staleness, §6.4 default). Whether a late report is eventually used — and
+so whether its client-seconds count as wasted — is the engine's business, not the round mode's.
+
+Choices and deviations:
+
+- ``max_reports``: REFL collects the on-time clients "up to N_t" (``target``); since DL launches
+  exactly K clients this only matters when a selector launches more than K (e.g. the SAFA
+  emulation of §6.7, which launches every online client). Default ``all``; on-time reports beyond
+  the cap are handled like late ones (REFL puts them into the straggler cache, §6.4).
+- ``advance``: REFL advances the clock by ``d`` (``deadline``). ``last_arrival`` closes earlier
+  when the server can know nothing more will be aggregated: once every launched client has
+  delivered or gone offline, or — with ``max_reports: target`` — once K reports are in; never
+  later than ``d``. This is the physically consistent version of REFL's ``last_worker`` flag.
+- The moving-average duration μ_t of §6.1 is *not* the round duration here: REFL only logs μ_t
+  (its clock still advances by ``d``), and μ_t as the availability / stale window belongs to the
+  selector and the engine. ``duration_s`` is always the clock advance.
+- ``min_reports``: §6.1 [QUIRK] — the REFL code never fails a round (``round_update = True``) even
+  though the paper aborts rounds below target. Default 0 follows the code; with ``min_reports > 0``
+  a round that aggregates fewer reports fails: nothing is aggregated, the on-time work is wasted,
+  late clients are still flagged late (they keep training and may be used in a later round).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from ..config.base import StrictModel
+from .base import ROUND_MODES, RoundClose, RoundMode
+from .over_commit import first_to_deliver
+
+
+class DeadlineConfig(StrictModel):
+    deadline_s: float = Field(100.0, gt=0.0, allow_inf_nan=False,
+                              description="round deadline d in simulated seconds (REFL: 100; 300 for NLP)")
+    keep_late: bool = Field(
+        True, description="true: clients that miss the deadline but do not drop out keep training and are "
+                          "flagged late (stale reports for a later round, REFL SAA §6.4); false: the server "
+                          "cuts them at the close and their work is wasted")
+    max_reports: Literal["target", "all"] = Field(
+        "all", description="all: aggregate every on-time report; target: at most K, in completion order "
+                           "(REFL's 'up to N_t'); on-time reports over the cap are handled like late ones")
+    advance: Literal["deadline", "last_arrival"] = Field(
+        "deadline", description="deadline: the round always lasts d (REFL); last_arrival: it closes as soon "
+                                "as every launched client has delivered or dropped out (or K reports are in "
+                                "with max_reports=target), never later than d")
+    min_reports: int = Field(
+        0, ge=0, description="round-failure rule (0 = rounds never fail, as in REFL's code): with fewer "
+                             "aggregated reports the round aggregates nothing and its on-time work is wasted")
+
+
+@ROUND_MODES.register("deadline")
+class Deadline(RoundMode):
+    """Aggregate the reports that arrive within a fixed deadline; keep later ones as stale (REFL DL)."""
+
+    Config = DeadlineConfig
+
+    def close(self, finish_s: np.ndarray, dropped_at_s: np.ndarray, target: int) -> RoundClose:
+        c = self.cfg
+        finish_s = np.asarray(finish_s, dtype=np.float64)
+        dropped_at_s = np.asarray(dropped_at_s, dtype=np.float64)
+        n = len(finish_s)
+        d = float(c.deadline_s)
+
+        survives = finish_s <= dropped_at_s
+        until_gone = np.minimum(finish_s, dropped_at_s)
+        on_time = survives & (finish_s <= d)  # §6.1 DL step 2: completion ≤ d
+        cap = max(int(target), 0) if c.max_reports == "target" else n
+        aggregated = first_to_deliver(finish_s, on_time, cap)  # completion order, ties by cohort index
+
+        if n == 0:
+            duration = 0.0
+        elif c.advance == "deadline":
+            duration = d  # §6.1 DL step 3: clock += d
+        elif c.max_reports == "target" and cap > 0 and int(aggregated.sum()) >= cap:
+            duration = float(finish_s[aggregated].max())  # K reports in: nothing more will be aggregated
+        else:
+            duration = min(d, float(until_gone.max()))  # everyone delivered or dropped, or the deadline
+
+        failed = int(aggregated.sum()) < c.min_reports
+        if failed:
+            aggregated = np.zeros(n, dtype=bool)  # §6.1 optional failure rule: aggregate nothing
+
+        if c.keep_late:
+            # Survivors not aggregated keep working to the end and are kept for later — except, in a
+            # failed round, the on-time ones: their reports arrived for a round that was abandoned.
+            late = survives & ~aggregated & ~(failed & on_time)
+            busy = until_gone.copy()  # nobody is cut: doomed clients work until they go offline
+        else:
+            late = np.zeros(n, dtype=bool)
+            # The server stops waiting at the close; reports already in (aggregated or not) took `finish`.
+            busy = np.minimum(until_gone, duration) if n else np.zeros(0)
+        busy = np.where(aggregated, finish_s, busy)
+        return RoundClose(aggregated=aggregated, late=late, duration_s=float(duration), busy_s=busy)

@@ -1,0 +1,85 @@
+"""Reports still in flight after their round closed (deadline / over-commit stragglers).
+
+A client cut by a deadline keeps computing; its report reaches the server at a definite
+simulated time, and from then on it can be aggregated with its staleness = current round −
+the round it started from (physically consistent staleness, spec §6.4). Algorithms that do not
+use stale updates drop it on arrival, and its client-seconds become waste. While a report is in
+flight the device is busy, so the engine does not launch it again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Arrived:
+    """Late reports that reached the server by a round's close, aligned by row."""
+
+    clients: np.ndarray
+    origin_round: np.ndarray
+    updates: torch.Tensor
+    weights: np.ndarray
+    n_samples: np.ndarray
+    losses: np.ndarray
+    busy_s: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.clients)
+
+
+class LateBuffer:
+    """Struct-of-arrays store of in-flight reports."""
+
+    def __init__(self, dim: int):
+        self.dim = dim
+        self.clients = np.zeros(0, np.int64)
+        self.origin_round = np.zeros(0, np.int64)
+        self.arrival_s = np.zeros(0, np.float64)
+        self.weights = np.zeros(0, np.float64)
+        self.n_samples = np.zeros(0, np.int64)
+        self.losses = np.zeros(0, np.float64)
+        self.busy_s = np.zeros(0, np.float64)
+        self.updates = torch.zeros((0, dim))
+
+    def __len__(self) -> int:
+        return len(self.clients)
+
+    def busy_clients(self) -> np.ndarray:
+        return self.clients
+
+    def add(self, round: int, clients: np.ndarray, arrival_s: np.ndarray, updates: torch.Tensor,
+            weights: np.ndarray, n_samples: np.ndarray, losses: np.ndarray, busy_s: np.ndarray) -> None:
+        if len(clients) == 0:
+            return
+        self.clients = np.concatenate([self.clients, clients])
+        self.origin_round = np.concatenate([self.origin_round, np.full(len(clients), round, np.int64)])
+        self.arrival_s = np.concatenate([self.arrival_s, arrival_s])
+        self.weights = np.concatenate([self.weights, weights])
+        self.n_samples = np.concatenate([self.n_samples, n_samples])
+        self.losses = np.concatenate([self.losses, losses])
+        self.busy_s = np.concatenate([self.busy_s, busy_s])
+        self.updates = torch.cat([self.updates, updates])
+
+    def pop_arrived(self, until_s: float) -> Arrived:
+        """Remove and return the reports that arrive no later than ``until_s`` (in arrival order)."""
+        return self._take(self.arrival_s <= until_s)
+
+    def pop_all(self) -> Arrived:
+        return self._take(np.ones(len(self), dtype=bool))
+
+    def _take(self, mask: np.ndarray) -> Arrived:
+        idx = np.flatnonzero(mask)
+        idx = idx[np.argsort(self.arrival_s[idx], kind="stable")]
+        out = Arrived(self.clients[idx], self.origin_round[idx], self.updates[torch.from_numpy(idx)],
+                      self.weights[idx], self.n_samples[idx], self.losses[idx], self.busy_s[idx])
+        keep = ~mask
+        keep_t = torch.from_numpy(keep)
+        self.clients, self.origin_round = self.clients[keep], self.origin_round[keep]
+        self.arrival_s, self.weights = self.arrival_s[keep], self.weights[keep]
+        self.n_samples, self.losses, self.busy_s = self.n_samples[keep], self.losses[keep], self.busy_s[keep]
+        self.updates = self.updates[keep_t]
+        return out
