@@ -67,8 +67,8 @@ class Simulation:
         self.buffers = self.model.buffers()
         dim = self.model.dim
 
-        world = WorldContext(num_clients=n, n_train=n_train, label_hist=data.label_histogram(), seed=seed,
-                             rounds=cfg.rounds, extras=data.extras)
+        world = WorldContext(num_clients=n, n_train=n_train, seed=seed, rounds=cfg.rounds,
+                             label_hist_fn=data.label_histogram, extras=data.extras)
         self.availability = exp["availability"].build(world)
         devices = exp["devices"].build()
         self.population = Population(n_train=n_train, devices=devices.profiles(n, seed))

@@ -48,3 +48,33 @@ def plot_accuracy(results: list, folder: Path, title: str) -> list[Path]:
         plt.close(fig)
         written.append(path)
     return written
+
+
+def availability_matrix(availability, rounds: int, round_s: float, clients: int) -> np.ndarray:
+    """On/off matrix (clients × rounds) of an availability model sampled at ``t = round · round_s``."""
+    out = np.zeros((clients, rounds), dtype=bool)
+    for r in range(rounds):
+        out[:, r] = availability.available(r, r * round_s)[:clients]
+    return out
+
+
+def plot_availability(matrix: np.ndarray, path: Path, title: str) -> Path:
+    """A FedGS-Fig.-8-style picture: one row per client, one column per round, dark = available."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    clients, rounds = matrix.shape
+    fig, (ax, side) = plt.subplots(1, 2, figsize=(8.0, 4.2), gridspec_kw={"width_ratios": [5, 1]}, sharey=True)
+    ax.imshow(matrix, aspect="auto", cmap="Greys", interpolation="nearest", vmin=0, vmax=1)
+    ax.set_xlabel("round")
+    ax.set_ylabel("client")
+    ax.set_title(title, fontsize=10)
+    side.barh(np.arange(clients), matrix.mean(axis=1), height=1.0, color="0.4")
+    side.set_xlim(0, 1)
+    side.set_xlabel("fraction\navailable")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

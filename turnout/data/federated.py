@@ -93,7 +93,9 @@ class FederatedDataset:
 
     def label_histogram(self) -> np.ndarray:
         """Per-client training label counts, shape ``(num_clients, num_classes)``."""
-        client_of_row = np.repeat(np.arange(self.num_clients), self.n_train)
-        flat = client_of_row * self.num_classes + self.y_train
+        client_of_row = np.repeat(np.arange(self.num_clients, dtype=np.int64), self.n_train)
+        client_of_row *= self.num_classes
+        flat = client_of_row
+        flat += self.y_train
         return np.bincount(flat, minlength=self.num_clients * self.num_classes).reshape(
             self.num_clients, self.num_classes)

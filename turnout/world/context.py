@@ -2,22 +2,35 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 
-@dataclass(frozen=True)
 class WorldContext:
     """Population facts shared by the world's components.
 
     ``label_hist`` (clients × classes training-label counts) is what data-dependent availability
-    modes (FedGS's YMF/YC, FedSUM's label-mix P2) read; ``rounds`` lets schedules precompute.
+    modes (FedGS's YMF/YC, FedSUM's label-mix P2) read. Give it directly or as ``label_hist_fn``;
+    the function form is evaluated on first use only, because at a million clients the histogram
+    costs a pass over every training label. ``rounds`` lets schedules precompute.
     """
 
-    num_clients: int
-    n_train: np.ndarray
-    label_hist: np.ndarray
-    seed: int
-    rounds: int
-    extras: dict = field(default_factory=dict)
+    def __init__(self, num_clients: int, n_train: np.ndarray, label_hist: np.ndarray | None = None,
+                 seed: int = 0, rounds: int = 100, extras: dict | None = None,
+                 label_hist_fn: Callable[[], np.ndarray] | None = None):
+        if label_hist is None and label_hist_fn is None:
+            raise ValueError("WorldContext needs label_hist or label_hist_fn")
+        self.num_clients = int(num_clients)
+        self.n_train = np.asarray(n_train)
+        self.seed = int(seed)
+        self.rounds = int(rounds)
+        self.extras = extras or {}
+        self._label_hist = label_hist
+        self._label_hist_fn = label_hist_fn
+
+    @property
+    def label_hist(self) -> np.ndarray:
+        if self._label_hist is None:
+            self._label_hist = np.asarray(self._label_hist_fn())
+        return self._label_hist
