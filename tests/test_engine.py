@@ -149,3 +149,16 @@ def test_late_reports_are_parked_then_aggregated_or_wasted():
             assert used == 0 and dropped >= 1
         total_wasted = sim.population.wasted_s.sum()
         assert total_wasted == pytest.approx(sum(r["wasted_s"] for r in rows) + res.summary["late_unused_s"])
+
+
+def test_cyclic_availability_through_the_engine_gives_closed_form_delay():
+    """FedSUM Case 3: blocks of m = 3 of n = 12 in turn, everyone available selected ⇒ τ_max = n/m − 1."""
+    raw = {**TINY, "rounds": 10, "availability": {"name": "cyclic", "m": 3},
+           "selector": {"name": "uniform", "clients_per_round": 3}}
+    sim, res = simulate(raw)
+    assert [r["n_available"] for r in res.rounds] == [3] * 10
+    assert [r["tau"] for r in res.rounds] == [1, 2, 3, 3, 3, 3, 3, 3, 3, 3]
+    assert res.summary["tau_max"] == 12 / 3 - 1
+    # each client is selected every 4 rounds exactly
+    cols = res.clients
+    assert set(cols["reselect_gap_mean"][cols["times_selected"] > 1].tolist()) == {4.0}

@@ -13,7 +13,7 @@ variates) do so through a ``grad_hook`` that edits the gradient, again over tens
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable
 
 import numpy as np
 import torch

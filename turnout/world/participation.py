@@ -1,11 +1,12 @@
-"""Participation metrics: FedSUM's delays τ(t), FedGS's sampling counts, GlueFL's re-sampling gaps.
+"""Participation metrics: FedSUM's delays τ(t), FedGS's sampling counts, gaps between rounds.
 
 All per-client state is arrays over the population, updated once per round in O(N) numpy.
 
 - ``τ_i(t)``: last round ≤ t in which client i participated (its report was aggregated); −1 if never.
 - ``τ(t) = t − min_i τ_i(t)`` (spec §1.1, counting round t's own participation), so full
   participation gives τ(t) = 0 and cyclic blocks of m out of n give τ_max = n/m − 1.
-- Re-sampling gaps: rounds between consecutive selections of a client (GlueFL Props. 1–2).
+- Gaps: rounds between consecutive selections of a client (GlueFL's re-sampling gaps, Props. 1–2)
+  and between consecutive participations (FedSUM's inter-participation times).
 """
 
 from __future__ import annotations
@@ -13,27 +14,47 @@ from __future__ import annotations
 import numpy as np
 
 
-class ParticipationTracker:
-    """Last-participation times, delay per round, and per-client selection-gap statistics."""
+class GapStats:
+    """Per-client count, mean and max of the gaps between consecutive events (rounds)."""
 
     def __init__(self, num_clients: int):
-        self.last_participation = np.full(num_clients, -1, np.int64)
-        self.last_selected = np.full(num_clients, -1, np.int64)
-        self.gap_sum = np.zeros(num_clients, np.int64)
-        self.gap_count = np.zeros(num_clients, np.int64)
-        self.gap_max = np.zeros(num_clients, np.int64)
+        self.last = np.full(num_clients, -1, np.int64)
+        self.total = np.zeros(num_clients, np.int64)
+        self.count = np.zeros(num_clients, np.int64)
+        self.max = np.zeros(num_clients, np.int64)
+
+    def record(self, round: int, clients: np.ndarray) -> None:
+        clients = np.unique(clients)
+        seen = clients[self.last[clients] >= 0]
+        gaps = round - self.last[seen]
+        self.total[seen] += gaps
+        self.count[seen] += 1
+        self.max[seen] = np.maximum(self.max[seen], gaps)
+        self.last[clients] = round
+
+    def columns(self, prefix: str) -> dict[str, np.ndarray]:
+        mean = np.where(self.count > 0, self.total / np.maximum(self.count, 1), np.nan)
+        return {f"{prefix}_gap_mean": mean, f"{prefix}_gap_max": np.where(self.count > 0, self.max, -1)}
+
+
+class ParticipationTracker:
+    """Last-participation times, the delay τ(t) per round, and selection/participation gaps."""
+
+    def __init__(self, num_clients: int):
+        self.selection = GapStats(num_clients)
+        self.participation = GapStats(num_clients)
         self.taus: list[int] = []
+
+    @property
+    def last_participation(self) -> np.ndarray:
+        return self.participation.last
 
     def record(self, round: int, selected: np.ndarray, participated: np.ndarray) -> int:
         """Update with round ``round``'s selected and participating client ids; return τ(round)."""
-        seen = selected[self.last_selected[selected] >= 0]
-        gaps = round - self.last_selected[seen]
-        self.gap_sum[seen] += gaps
-        self.gap_count[seen] += 1
-        np.maximum.at(self.gap_max, seen, gaps)
-        self.last_selected[selected] = round
-        self.last_participation[participated] = round
-        tau = int(round - self.last_participation.min()) if len(self.last_participation) else 0
+        self.selection.record(round, selected)
+        self.participation.record(round, participated)
+        last = self.participation.last
+        tau = int(round - last.min()) if len(last) else 0
         self.taus.append(tau)
         return tau
 
@@ -48,7 +69,5 @@ class ParticipationTracker:
         }
 
     def client_columns(self) -> dict[str, np.ndarray]:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean_gap = np.where(self.gap_count > 0, self.gap_sum / np.maximum(self.gap_count, 1), np.nan)
-        return {"last_participation": self.last_participation, "reselect_gap_mean": mean_gap,
-                "reselect_gap_max": np.where(self.gap_count > 0, self.gap_max, -1)}
+        return {"last_participation": self.participation.last, **self.selection.columns("reselect"),
+                **self.participation.columns("participation")}
