@@ -92,8 +92,10 @@ def test_unbiased_weighting_is_not_renormalised():
     raw = {**TINY, "rounds": 1, "selector": {"name": "uniform", "clients_per_round": 4, "weighting": "unbiased"}}
     sim, _ = simulate(raw)
     from turnout import rng
+    from turnout.selectors.base import SelectionContext
 
-    cohort = sim.selector.select(0, np.arange(12), 4, rng.stream(0, "selection", 0))
+    cohort = sim.selector.select(SelectionContext(0, 0.0, np.arange(12), 4, rng.stream(0, "selection", 0), sim.world,
+                                                  sim.availability, 0.0, probe_loss=None))
     assert not cohort.normalize
     p = sim.data.n_train[cohort.clients] / sim.data.n_train.sum()
     np.testing.assert_allclose(cohort.weights, p * 12 / 4)

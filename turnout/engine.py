@@ -25,7 +25,9 @@ from .models.flat import FlatModel
 from .training.local_sgd import LocalTrainer, evaluate, evaluate_many
 from .world.ledger import CoordinateLedger
 from .world.context import WorldContext
+from .selectors.base import RoundFeedback, SelectionContext
 from .world.late import LateBuffer
+from .world.probe import LossProbe
 from .world.participation import ParticipationTracker
 from .world.population import Population
 
@@ -72,7 +74,8 @@ class Simulation:
         self.availability = exp["availability"].build(world)
         devices = exp["devices"].build()
         self.population = Population(n_train=n_train, devices=devices.profiles(n, seed))
-        self.selector = exp["selector"].build(n_train, seed)
+        self.world = world
+        self.selector = exp["selector"].build(world)
         if self.selector.target() > n:
             raise ConfigError("selector.clients_per_round", self.selector.target(),
                               f"must be <= the number of clients ({n}) of this dataset")
@@ -86,6 +89,7 @@ class Simulation:
         self.participation = ParticipationTracker(n)
         self.sim_time = 0.0
         self.unused_late_s = 0.0
+        self.mean_round_s = 0.0  # REFL's μ_t
 
     # ------------------------------------------------------------------------------------------
     def run(self, on_round: RoundCallback | None = None) -> RunResult:
@@ -119,10 +123,16 @@ class Simulation:
             online[self.late.busy_clients()] = False
         available = np.flatnonzero(online)
         target = self.selector.target()
-        cohort = self.selector.select(r, available, self.round_mode.launch_count(target),
-                                      rngmod.stream(self.seed, "selection", r))
+        probe = LossProbe(self, r)
+        cohort = self.selector.select(SelectionContext(
+            round=r, time_s=t0, available=available, launch=self.round_mode.launch_count(target),
+            rng=rngmod.stream(self.seed, "selection", r), world=self.world, availability=self.availability,
+            mean_round_s=self.mean_round_s, probe_loss=probe))
         clients = cohort.clients.astype(np.int64)
         k = len(clients)
+        # Probing (Power-of-Choice) happens before training: the round starts when the last answer is in.
+        probe_s, probe_down, probe_up, probe_busy = probe.settle()
+        t0 += probe_s
 
         # Downloads: exactly what each client lacks since its last sync, per model vector sent.
         lacking = self.ledger.lacking(pop.synced_through[clients])
@@ -144,8 +154,10 @@ class Simulation:
         dropped_at = self.availability.online_until(clients, r, t0) - t0
         close = self.round_mode.close(finish, dropped_at, cohort.target)
         agg, late = close.aggregated, close.late & ~close.aggregated
-        duration = close.duration_s if k else self.round_mode.empty_round_s
-        t_close = t0 + duration
+        duration = (close.duration_s if k else self.round_mode.empty_round_s) + probe_s
+        t_close = t0 - probe_s + duration
+        # REFL's moving-average round duration: μ_t = (1 − α)·D_{t−1} + α·μ_{t−1}, α = 0.25 (spec §6.1).
+        self.mean_round_s = duration if r == 0 else 0.75 * duration + 0.25 * self.mean_round_s
 
         # Late reports: park this round's, collect earlier ones that have arrived by the close.
         self.late.add(r, clients[late], t0 + finish[late], decoded[torch.from_numpy(late)], cohort.weights[late],
@@ -174,7 +186,8 @@ class Simulation:
         if agg.any() and self.buffers:
             self.buffers = _average_buffers([result.buffers[i] for i in np.flatnonzero(agg)], cohort.weights[agg])
 
-        self.selector.observe(r, clients, agg, result.losses, close.busy_s)
+        self.selector.observe(RoundFeedback(r, clients, agg, late, result.losses, result.samples, finish,
+                                            close.busy_s, decoded, duration))
         # Per-client accounting: an upload happens when the client delivers (on time or late).
         delivers = agg | late
         delivered_up = np.where(delivers, up, 0)
@@ -194,11 +207,11 @@ class Simulation:
             "accuracy": float("nan"), "loss": float("nan"),
             "train_loss": float(np.average(result.losses[agg], weights=np.maximum(result.samples[agg], 1)))
             if agg.any() else float("nan"),
-            "lr": lr, "bytes_up": int(delivered_up.sum()), "bytes_down": int(down.sum()),
+            "lr": lr, "bytes_up": int(delivered_up.sum()) + probe_up, "bytes_down": int(down.sum()) + probe_down,
             "n_available": int(len(available)), "n_selected": k, "n_aggregated": len(reports),
             "n_stale": int(stale_ok.sum()), "n_late": int(late.sum()), "n_stale_dropped": int((~stale_ok).sum()),
             "n_dropped": int((finish > dropped_at).sum()),
-            "resource_s": float(close.busy_s.sum()), "wasted_s": float(wasted.sum()) + stale_wasted,
+            "resource_s": float(close.busy_s.sum()) + probe_busy, "wasted_s": float(wasted.sum()) + stale_wasted,
             "tau": tau, "coords_changed": int(changed),
         }
 

@@ -40,8 +40,8 @@ class Schedule(Selector):
     def target(self):
         return 2
 
-    def select(self, round, available, launch, rng):
-        c = np.array(self.plan[round])
+    def select(self, ctx):
+        c = np.array(self.plan[ctx.round])
         return Cohort(c, np.ones(2))
 
 
@@ -50,7 +50,7 @@ def run():
     data = prepare([exp]).dataset_for(exp, 0)
     sim = Simulation(exp, data, 0)
     sim.algorithm = HandUpdates(None, sim.algorithm.ctx)
-    sim.selector = Schedule(None, sim.population.n_train, 0)
+    sim.selector = Schedule(None, sim.world)
     downloads = {}
     orig = sim.compressor.download_bytes
 

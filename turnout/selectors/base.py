@@ -1,14 +1,24 @@
-"""The selector interface: choose a cohort from the available set and weight its members."""
+"""The selector interface: choose a cohort from the available set and weight its members.
+
+A selector sees one :class:`SelectionContext` per round — who is available, how many to launch,
+its random stream, and the services some selectors need (the availability model for REFL's
+oracle predictions, the moving-average round duration μ_t, and ``probe_loss`` for
+Power-of-Choice, whose cost the engine charges to the round) — and gets a
+:class:`RoundFeedback` after the round closes (durations, losses, updates) to learn from.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
+import torch
 from pydantic import BaseModel
 
 from ..registry import Registry
+from ..world.context import WorldContext
 
 SELECTORS: Registry = Registry("selector", "cohort and aggregation weights, given the available set and history")
 
@@ -36,31 +46,65 @@ class Cohort:
             self.target = len(self.clients)
 
 
+@dataclass
+class SelectionContext:
+    """Everything a selector may use in one round."""
+
+    round: int
+    time_s: float
+    available: np.ndarray  # ids of clients that can be launched now
+    launch: int  # how many the round mode wants launched (≥ target under over-commitment)
+    rng: np.random.Generator  # the (seed, "selection", round) stream
+    world: WorldContext
+    availability: Any  # the Availability model (oracle predictions, e.g. REFL IPS)
+    mean_round_s: float  # moving average of past round durations (REFL's μ_t); 0 before round 1
+    #: ``probe_loss(clients, batch) -> loss per client`` of the current global model on each
+    #: client's training data (a ``batch``-sample minibatch, or all of it when ``batch`` is None);
+    #: the engine charges the probe's download, compute and upload to the round.
+    probe_loss: Callable[[np.ndarray, int | None], np.ndarray]
+
+
+@dataclass
+class RoundFeedback:
+    """What happened to a launched cohort, aligned with ``clients``."""
+
+    round: int
+    clients: np.ndarray
+    aggregated: np.ndarray  # bool
+    late: np.ndarray  # bool
+    train_loss: np.ndarray  # mean local training loss (nan for clients that did not train)
+    n_samples: np.ndarray  # samples processed
+    finish_s: np.ndarray  # seconds from round start to delivery (if it had not been cut)
+    busy_s: np.ndarray  # client-seconds actually spent
+    updates: torch.Tensor  # (k, dim) decoded uploads
+    duration_s: float
+
+
 class Selector(ABC):
     """Chooses who trains. State (counts, utilities, ...) is kept as arrays over the population."""
 
     Config: type[BaseModel]
 
-    def __init__(self, cfg: BaseModel, n_train: np.ndarray, seed: int):
+    def __init__(self, cfg: BaseModel, world: WorldContext):
         self.cfg = cfg
-        self.n_train = n_train
-        self.seed = seed
+        self.world = world
+        self.n_train = world.n_train
+        self.seed = world.seed
 
     @property
     def num_clients(self) -> int:
-        return len(self.n_train)
+        return self.world.num_clients
 
     @abstractmethod
     def target(self) -> int:
         """Reports wanted per round (K)."""
 
     @abstractmethod
-    def select(self, round: int, available: np.ndarray, launch: int, rng: np.random.Generator) -> Cohort:
-        """Pick ``launch`` clients (or fewer if fewer are available) from the ids in ``available``."""
+    def select(self, ctx: SelectionContext) -> Cohort:
+        """Pick up to ``ctx.launch`` clients from ``ctx.available``."""
 
-    def observe(self, round: int, clients: np.ndarray, aggregated: np.ndarray, losses: np.ndarray,
-                busy_s: np.ndarray) -> None:
-        """Feedback after a round (utility-based selectors learn from it). Default: nothing."""
+    def observe(self, feedback: RoundFeedback) -> None:
+        """Learn from a closed round (utility-based selectors). Default: nothing."""
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Arrays to checkpoint. Stateless selectors return nothing."""

@@ -8,7 +8,7 @@ import numpy as np
 from pydantic import Field
 
 from ..config.base import StrictModel
-from .base import SELECTORS, Cohort, Selector
+from .base import SELECTORS, Cohort, SelectionContext, Selector
 
 
 class UniformConfig(StrictModel):
@@ -28,9 +28,9 @@ class UniformSelector(Selector):
     def target(self) -> int:
         return self.cfg.clients_per_round
 
-    def select(self, round: int, available: np.ndarray, launch: int, rng: np.random.Generator) -> Cohort:
-        k = min(launch, len(available))
-        clients = np.sort(rng.choice(available, size=k, replace=False)) if k else np.zeros(0, np.int64)
+    def select(self, ctx: SelectionContext) -> Cohort:
+        k = min(ctx.launch, len(ctx.available))
+        clients = np.sort(ctx.rng.choice(ctx.available, size=k, replace=False)) if k else np.zeros(0, np.int64)
         n = self.n_train[clients].astype(np.float64)
         w = self.cfg.weighting
         if w == "n_samples":
