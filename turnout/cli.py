@@ -17,7 +17,7 @@ EXIT_USAGE = 2
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line instead of usage + message
-        self.exit(EXIT_USAGE, f"turnout: error: {message} (see `turnout {self.prog.split()[-1]} --help`)\n"
+        self.exit(EXIT_USAGE, f"turnout: error: {message} (see `turnout {' '.join(self.prog.split()[1:])} --help`)\n"
                   if " " in self.prog else f"turnout: error: {message} (see `turnout --help`)\n")
 
 
@@ -31,7 +31,85 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, default=None, help="run folder (default: runs/<name>-<timestamp>)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     sub.add_parser("list", help="list every registered component per seam")
+    _add_trace_parser(sub)
     return p
+
+
+def _add_trace_parser(sub) -> None:
+    trace = sub.add_parser("trace", help="convert or generate client system traces")
+    tsub = trace.add_subparsers(dest="trace_command", required=True, parser_class=_Parser)
+    imp = tsub.add_parser("import", help="convert a FedScale pickle once into turnout's safe format")
+    imp.add_argument("file", type=Path, help="FedScale client_behave_trace or client_device_capacity pickle")
+    imp.add_argument("--out", type=Path, required=True,
+                     help="output: .npz availability trace (behavior) or .csv device profiles (capacity)")
+    imp.add_argument("--kind", choices=("behavior", "capacity"), default="behavior",
+                     help="which FedScale file it is (default: behavior)")
+    imp.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    gen = tsub.add_parser("generate", help="generate a FedScale-schema synthetic availability trace")
+    gen.add_argument("--clients", type=int, required=True, help="number of client traces")
+    gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    gen.add_argument("--out", type=Path, required=True, help="output .npz trace")
+    gen.add_argument("--days", type=int, default=6, help="trace period in days (default 6, FedScale's)")
+    gen.add_argument("--calibration", default=None, metavar="FILE",
+                     help="Stunner onlinePercentDist.out to calibrate to (default: built-in summary)")
+    gen.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+
+
+def _check_out(out: Path, force: bool) -> None:
+    from .errors import ConfigError
+
+    if out.exists() and not force:
+        raise ConfigError("--out", str(out), "already exists; choose another path or add --force")
+    if out.exists() and out.is_dir():
+        raise ConfigError("--out", str(out), "is a directory; give a file path")
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from .errors import ConfigError
+
+    if args.trace_command == "import":
+        from .traces import fedscale
+        from .traces.format import save_trace
+
+        _check_out(args.out, args.force)
+        if args.kind == "behavior":
+            report = fedscale.ImportReport()
+            trace = fedscale.import_fedscale_behavior(args.file, report)
+            save_trace(args.out, trace)
+            print(f"wrote {args.out}: {report.summary()}, period {_periods(trace.period_s)}")
+        else:
+            from .devices.fedscale import write_capacity_csv
+
+            table = fedscale.import_fedscale_capacity(args.file)
+            write_capacity_csv(args.out, table)
+            print(f"wrote {args.out}: {len(table)} device profiles"
+                  + (" (with dl_kbps/ul_kbps)" if table.has_links else ""))
+        return 0
+    from pydantic import ValidationError
+
+    from .config.components import config_error_from_pydantic
+    from .traces.format import save_trace
+    from .traces.generate import GeneratorConfig, generate_trace
+
+    if args.clients < 1:
+        raise ConfigError("--clients", args.clients, "must be >= 1")
+    try:
+        cfg = GeneratorConfig(days=args.days, calibration_path=args.calibration)
+    except ValidationError as exc:
+        err = config_error_from_pydantic(exc, "")
+        flag = {"days": "--days", "calibration_path": "--calibration"}.get(err.key, err.key)
+        raise ConfigError(flag, err.value, err.allowed) from None
+    _check_out(args.out, args.force)
+    trace = generate_trace(args.clients, args.seed, cfg)
+    save_trace(args.out, trace)
+    print(f"wrote {args.out}: {trace.num_traces} traces, {trace.num_intervals} intervals, "
+          f"period {_periods(trace.period_s)}, mean online {trace.online_seconds().mean() / trace.period_s.mean():.1%}")
+    return 0
+
+
+def _periods(period_s) -> str:
+    lo, hi = float(period_s.min()), float(period_s.max())
+    return f"{lo:g} s" if lo == hi else f"{lo:g}-{hi:g} s"
 
 
 def cmd_list() -> int:
@@ -76,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "list":
             return cmd_list()
+        if args.command == "trace":
+            return cmd_trace(args)
         return cmd_run(args)
     except TurnoutError as exc:
         print(f"turnout: error: {exc}", file=sys.stderr)

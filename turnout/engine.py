@@ -127,7 +127,8 @@ class Simulation:
         cohort = self.selector.select(SelectionContext(
             round=r, time_s=t0, available=available, launch=self.round_mode.launch_count(target),
             rng=rngmod.stream(self.seed, "selection", r), world=self.world, availability=self.availability,
-            mean_round_s=self.mean_round_s, probe_loss=probe))
+            mean_round_s=self.mean_round_s, probe_loss=probe, pending_clients=self.late.clients.copy(),
+            pending_arrival_s=self.late.arrival_s.copy()))
         clients = cohort.clients.astype(np.int64)
         k = len(clients)
         # Probing (Power-of-Choice) happens before training: the round starts when the last answer is in.

@@ -78,3 +78,19 @@ def plot_availability(matrix: np.ndarray, path: Path, title: str) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def availability_gallery(exp, data, seed: int, rounds: int, round_s: float, clients: int, path: Path) -> Path:
+    """Build ``exp``'s availability model on ``data`` and draw its first ``clients`` × ``rounds`` on/off matrix."""
+    from .world.context import WorldContext
+
+    comp = exp["availability"]
+    world = WorldContext(num_clients=data.num_clients, n_train=data.n_train, seed=seed, rounds=rounds,
+                         extras=data.extras, label_hist_fn=data.label_histogram)
+    availability = comp.build(world)
+    shown = min(clients, data.num_clients)
+    matrix = availability_matrix(availability, rounds, round_s, shown)
+    options = ", ".join(f"{k}={v}" for k, v in comp.cfg.model_dump().items() if not isinstance(v, (dict, list)))
+    title = f"availability: {comp.name}" + (f" ({options})" if options else "") + \
+        f" — {shown} of {data.num_clients} clients, mean {matrix.mean():.2f}"
+    return plot_availability(matrix, path, title)

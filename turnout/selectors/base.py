@@ -10,7 +10,7 @@ Power-of-Choice, whose cost the engine charges to the round) — and gets a
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -62,6 +62,10 @@ class SelectionContext:
     #: client's training data (a ``batch``-sample minibatch, or all of it when ``batch`` is None);
     #: the engine charges the probe's download, compute and upload to the round.
     probe_loss: Callable[[np.ndarray, int | None], np.ndarray]
+    #: clients whose late reports are still in flight, and when each will reach the server
+    #: (absolute simulated seconds) — REFL excludes them and APT counts the ones due this round.
+    pending_clients: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    pending_arrival_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 @dataclass
