@@ -8,7 +8,9 @@ seeded by the run seed, with ``generator`` options. ``online_until`` gives each 
 its current online interval, so a client whose download + compute + upload finishes later
 drops out mid-round (its work is lost).
 
-Clients → traces (``mapping``):
+Clients → traces (``mapping``; for a generated trace only when ``num_traces`` is set — by
+default one trace is generated per client and client ``i`` simply gets trace ``i``, the traces
+being independent draws):
 
 * ``modulo`` (FedScale): client ``i`` (0-based) uses trace ``(i + 1) % n_traces`` — FedScale
   numbers clients from 1 and takes ``keys[client_id % len]``;
@@ -42,7 +44,7 @@ from pydantic import Field, field_validator
 
 from .. import rng as rngmod
 from ..config.base import StrictModel
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 from ..traces.format import AvailabilityTrace, TraceFileError, load_trace
 from ..traces.generate import GeneratorConfig, generate_trace
 from ..world.context import WorldContext
@@ -60,7 +62,8 @@ class TraceAvailabilityConfig(StrictModel):
     path: str | None = Field(None, description="turnout .npz trace; unset: generate one from the run seed")
     generator: GeneratorConfig = Field(default_factory=GeneratorConfig,
                                        description="options of the synthetic trace (used when path is unset)")
-    num_traces: int | None = Field(None, ge=1, description="traces to generate (default: one per client)")
+    num_traces: int | None = Field(None, ge=1, description="traces to generate and map onto the clients "
+                                   "(default: one per client, client i gets trace i)")
     mapping: Literal["modulo", "random"] = Field("modulo", description="client i -> trace (i+1) % n, or random")
     lookup: Literal["exact", "fedscale_pointer"] = Field("exact", description="exact interval test, or "
                                                          "FedScale's stateful pointer emulation")
@@ -118,9 +121,17 @@ class TraceAvailability(Availability):
             except OSError as exc:
                 raise ConfigError("availability.path", cfg.path, f"cannot be read ({exc.strerror or exc})") from None
         else:
-            n_traces = cfg.num_traces or n
-            key = ("generate", cfg.generator.model_dump_json(), n_traces, self.seed, n, cfg.mapping)
-            self.trace = _cached(key, lambda: self._map(generate_trace(n_traces, self.seed, cfg.generator)))
+            try:
+                if cfg.num_traces is None:  # one generated trace per client: client i gets trace i
+                    key = ("generate", cfg.generator.model_dump_json(), n, self.seed)
+                    self.trace = _cached(key, lambda: generate_trace(n, self.seed, cfg.generator))
+                else:
+                    key = ("generate", cfg.generator.model_dump_json(), cfg.num_traces, self.seed, n, cfg.mapping)
+                    self.trace = _cached(key, lambda: self._map(
+                        generate_trace(cfg.num_traces, self.seed, cfg.generator)))
+            except DataError as exc:  # an unreadable calibration file
+                raise ConfigError("availability.generator.calibration_path", cfg.generator.calibration_path,
+                                  str(exc)) from None
         self._pointer: np.ndarray | None = None
 
     def _map(self, source: AvailabilityTrace) -> AvailabilityTrace:

@@ -172,6 +172,7 @@ def write_capacity_csv(path: str | os.PathLike, profiles: CapacityTable | Device
             floats = np.column_stack(cols[1:]) if len(cols) > 1 else np.zeros((len(cols[0]), 0))
             for key, row in zip(cols[0].tolist(), floats.tolist()):
                 f.write(str(key) + "," + ",".join(repr(float(x)) for x in row) + "\n")
+        _default_mode(tmp)
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -214,3 +215,10 @@ class FedScaleCapacity(DeviceModel):
         up = (t.ul_kbps if t.has_links else t.communication_kbps)[rows] * bytes_per_kbit
         return DeviceProfiles(compute_s_per_sample=self.cfg.aug * t.computation_ms_per_sample[rows] / 1000.0,
                               down_bytes_per_s=down, up_bytes_per_s=up)
+
+
+def _default_mode(path) -> None:
+    """Give a ``mkstemp`` file (0600) the permissions a plainly created file would get."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)

@@ -49,7 +49,8 @@ from .base import DEVICES, DeviceModel
 
 @lru_cache(maxsize=None)
 def _load(name: str):
-    return json.loads(resources.files("turnout.devices").joinpath("data", "flash", name).read_text("utf-8"))
+    res = resources.files("turnout.devices").joinpath("data").joinpath("flash").joinpath(name)
+    return json.loads(res.read_text(encoding="utf-8"))
 
 
 def speed_distributions() -> dict[str, np.ndarray]:
