@@ -32,6 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     sub.add_parser("list", help="list every registered component per seam")
     _add_trace_parser(sub)
+    _add_plot_parser(sub)
     return p
 
 
@@ -53,6 +54,43 @@ def _add_trace_parser(sub) -> None:
     gen.add_argument("--calibration", default=None, metavar="FILE",
                      help="Stunner onlinePercentDist.out to calibrate to (default: built-in summary)")
     gen.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+
+
+def _add_plot_parser(sub) -> None:
+    plot = sub.add_parser("plot", help="draw a picture of part of the simulated world")
+    psub = plot.add_subparsers(dest="plot_command", required=True, parser_class=_Parser)
+    av = psub.add_parser("availability", help="clients × rounds on/off picture of CONFIG's availability model")
+    av.add_argument("config", help="experiment YAML file (its data and availability blocks are used)")
+    av.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config value (repeatable)")
+    av.add_argument("--out", type=Path, required=True, help="PNG file to write")
+    av.add_argument("--rounds", type=int, default=100, help="rounds to draw (default 100)")
+    av.add_argument("--clients", type=int, default=100, help="clients to draw, the first ones (default 100)")
+    av.add_argument("--round-seconds", type=float, default=3600.0,
+                    help="simulated seconds between rounds, for time-driven models such as traces (default 3600)")
+    av.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from .config.loader import load_experiment
+    from .errors import ConfigError
+    from .experiment import prepare
+    from .plots import availability_gallery
+
+    for name in ("rounds", "clients"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name}", getattr(args, name), "must be >= 1")
+    if not args.round_seconds > 0:
+        raise ConfigError("--round-seconds", args.round_seconds, "must be > 0")
+    if args.out.suffix.lower() != ".png":
+        raise ConfigError("--out", str(args.out), "must be a .png file")
+    _check_out(args.out, args.force)
+    exp = load_experiment(args.config, args.overrides)[0]
+    seed = exp.config.seeds[0]
+    data = prepare([exp]).dataset_for(exp, seed)
+    availability_gallery(exp, data, seed, args.rounds, args.round_seconds, args.clients, args.out)
+    print(f"wrote {args.out}")
+    return 0
 
 
 def _check_out(out: Path, force: bool) -> None:
@@ -156,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_list()
         if args.command == "trace":
             return cmd_trace(args)
+        if args.command == "plot":
+            return cmd_plot(args)
         return cmd_run(args)
     except TurnoutError as exc:
         print(f"turnout: error: {exc}", file=sys.stderr)

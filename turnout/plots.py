@@ -70,7 +70,7 @@ def plot_availability(matrix: np.ndarray, path: Path, title: str) -> Path:
     ax.imshow(matrix, aspect="auto", cmap="Greys", interpolation="nearest", vmin=0, vmax=1)
     ax.set_xlabel("round")
     ax.set_ylabel("client")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=9)
     side.barh(np.arange(clients), matrix.mean(axis=1), height=1.0, color="0.4")
     side.set_xlim(0, 1)
     side.set_xlabel("fraction\navailable")
@@ -90,7 +90,10 @@ def availability_gallery(exp, data, seed: int, rounds: int, round_s: float, clie
     availability = comp.build(world)
     shown = min(clients, data.num_clients)
     matrix = availability_matrix(availability, rounds, round_s, shown)
-    options = ", ".join(f"{k}={v}" for k, v in comp.cfg.model_dump().items() if not isinstance(v, (dict, list)))
-    title = f"availability: {comp.name}" + (f" ({options})" if options else "") + \
-        f" — {shown} of {data.num_clients} clients, mean {matrix.mean():.2f}"
+    options = ", ".join(f"{k}={v}" for k, v in comp.cfg.model_dump().items()
+                        if v is not None and not isinstance(v, (dict, list, bool)))
+    import textwrap
+
+    title = "\n".join(textwrap.wrap(f"availability: {comp.name}" + (f" ({options})" if options else "")
+                                     + f" — {shown} of {data.num_clients} clients, mean {matrix.mean():.2f}", 80))
     return plot_availability(matrix, path, title)
