@@ -160,8 +160,12 @@ class Simulation:
         # REFL's moving-average round duration: μ_t = (1 − α)·D_{t−1} + α·μ_{t−1}, α = 0.25 (spec §6.1).
         self.mean_round_s = duration if r == 0 else 0.75 * duration + 0.25 * self.mean_round_s
 
+        feedback = RoundFeedback(r, clients, agg, late, result.losses, result.samples, finish, close.busy_s,
+                                 decoded, duration)
+        weights = np.asarray(self.selector.settle_weights(cohort, feedback), dtype=np.float64)
+
         # Late reports: park this round's, collect earlier ones that have arrived by the close.
-        self.late.add(r, clients[late], t0 + finish[late], decoded[torch.from_numpy(late)], cohort.weights[late],
+        self.late.add(r, clients[late], t0 + finish[late], decoded[torch.from_numpy(late)], weights[late],
                       pop.n_train[clients[late]], result.losses[late], close.busy_s[late])
         arrived = self.late.pop_arrived(t_close)
         stale_ok = (np.full(len(arrived), self.algorithm.uses_stale_updates)
@@ -174,7 +178,7 @@ class Simulation:
         ok_t = torch.from_numpy(stale_ok)
         reports = Reports(clients=np.concatenate([fresh_clients, arrived.clients[stale_ok]]),
                           updates=torch.cat([decoded[torch.from_numpy(agg)], arrived.updates[ok_t]]),
-                          weights=np.concatenate([cohort.weights[agg], arrived.weights[stale_ok]]),
+                          weights=np.concatenate([weights[agg], arrived.weights[stale_ok]]),
                           normalize=cohort.normalize,
                           n_samples=np.concatenate([pop.n_train[fresh_clients], arrived.n_samples[stale_ok]]),
                           losses=np.concatenate([result.losses[agg], arrived.losses[stale_ok]]),
@@ -185,10 +189,9 @@ class Simulation:
         changed = self.ledger.record(r, (new != self.params).numpy())
         self.params = new
         if agg.any() and self.buffers:
-            self.buffers = _average_buffers([result.buffers[i] for i in np.flatnonzero(agg)], cohort.weights[agg])
+            self.buffers = _average_buffers([result.buffers[i] for i in np.flatnonzero(agg)], weights[agg])
 
-        self.selector.observe(RoundFeedback(r, clients, agg, late, result.losses, result.samples, finish,
-                                            close.busy_s, decoded, duration))
+        self.selector.observe(feedback)
         # Per-client accounting: an upload happens when the client delivers (on time or late).
         delivers = agg | late
         delivered_up = np.where(delivers, up, 0)

@@ -107,6 +107,14 @@ class Selector(ABC):
     def select(self, ctx: SelectionContext) -> Cohort:
         """Pick up to ``ctx.launch`` clients from ``ctx.available``."""
 
+    def settle_weights(self, cohort: Cohort, feedback: RoundFeedback) -> np.ndarray:
+        """Final aggregation weights once the round has closed (aligned with ``cohort.clients``).
+
+        Most selectors fix weights at selection; some can only weight by what happened (GlueFL's
+        actual sticky/non-sticky counts under over-commitment, Adaptive-OU's top-k by training loss).
+        """
+        return cohort.weights
+
     def observe(self, feedback: RoundFeedback) -> None:
         """Learn from a closed round (utility-based selectors). Default: nothing."""
 
