@@ -71,6 +71,9 @@ class Simulation:
 
         world = WorldContext(num_clients=n, n_train=n_train, seed=seed, rounds=cfg.rounds,
                              label_hist_fn=data.label_histogram, extras=data.extras)
+        world.model_forward = lambda flat, x: self.model.forward(self.model.unflatten(flat), self.buffers, x)
+        world.server_inputs = torch.as_tensor(np.ascontiguousarray(data.x_server_test[:128]))
+        world.global_params = lambda: self.params
         self.availability = exp["availability"].build(world)
         devices = exp["devices"].build()
         self.population = Population(n_train=n_train, devices=devices.profiles(n, seed))
@@ -217,6 +220,7 @@ class Simulation:
             "n_dropped": int((finish > dropped_at).sum()),
             "resource_s": float(close.busy_s.sum()) + probe_busy, "wasted_s": float(wasted.sum()) + stale_wasted,
             "tau": tau, "coords_changed": int(changed),
+            **self.selector.round_metrics(),
         }
 
     def finish(self) -> None:

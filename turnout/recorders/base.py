@@ -39,7 +39,9 @@ class Recorder(ABC):
 
 
 def rows_to_columns(rows: list[dict]) -> dict[str, list]:
-    """Rows sharing the first row's keys → columns."""
-    if not rows:
-        return {}
-    return {k: [r.get(k) for r in rows] for k in rows[0]}
+    """Rows → columns over the union of their keys (first-seen order); a missing cell is NaN.
+
+    Rows of different variants may carry different extra columns (a selector's own metrics).
+    """
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    return {k: [r.get(k, math.nan) for r in rows] for k in keys}

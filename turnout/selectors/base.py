@@ -118,6 +118,10 @@ class Selector(ABC):
     def observe(self, feedback: RoundFeedback) -> None:
         """Learn from a closed round (utility-based selectors). Default: nothing."""
 
+    def round_metrics(self) -> dict[str, object]:
+        """Extra columns for this round's row of ``rounds.csv`` (e.g. FedGS's solver statistics)."""
+        return {}
+
     def state_dict(self) -> dict[str, np.ndarray]:
         """Arrays to checkpoint. Stateless selectors return nothing."""
         return {}

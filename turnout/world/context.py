@@ -28,6 +28,11 @@ class WorldContext:
         self.extras = extras or {}
         self._label_hist = label_hist
         self._label_hist_fn = label_hist_fn
+        # Model access for selectors that compare clients through the model itself (FedGS's
+        # functional graph): set by the engine once the model exists, None in model-free tools.
+        self.model_forward: Callable | None = None  # (flat params, x) -> logits
+        self.server_inputs = None  # a small batch of server-side inputs
+        self.global_params: Callable | None = None  # () -> current flat global model
 
     @property
     def label_hist(self) -> np.ndarray:
