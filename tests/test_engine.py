@@ -164,3 +164,24 @@ def test_cyclic_availability_through_the_engine_gives_closed_form_delay():
     # each client is selected every 4 rounds exactly
     cols = res.clients
     assert set(cols["reselect_gap_mean"][cols["times_selected"] > 1].tolist()) == {4.0}
+
+
+def test_round_with_nobody_available_is_empty_and_advances_the_clock():
+    exp = expand({**TINY, "rounds": 3})[0]
+    data = prepare([exp]).dataset_for(exp, 0)
+    sim = Simulation(exp, data, 0)
+
+    class Nobody:
+        def available(self, r, t):
+            return np.zeros(12, bool) if r == 1 else np.ones(12, bool)
+
+        def online_until(self, clients, r, t):
+            return np.full(len(clients), np.inf)
+
+    sim.availability = Nobody()
+    res = sim.run()
+    empty = res.rounds[1]
+    assert empty["n_available"] == 0 and empty["n_selected"] == 0 and empty["n_aggregated"] == 0
+    assert empty["round_duration_s"] == sim.round_mode.empty_round_s and empty["bytes_down"] == 0
+    assert empty["coords_changed"] == 0  # FedAvg with no reports leaves the model where it was
+    assert res.rounds[2]["n_selected"] == 4 and np.isfinite(res.rounds[2]["loss"])
