@@ -28,6 +28,7 @@ from .world.context import WorldContext
 from .selectors.base import RoundFeedback, SelectionContext
 from .world.late import LateBuffer
 from .world.probe import LossProbe
+from .world.state_store import ClientStateStore
 from .world.participation import ParticipationTracker
 from .world.population import Population
 
@@ -59,7 +60,7 @@ class RunResult:
 class Simulation:
     """One experiment variant on one seed's simulated population."""
 
-    def __init__(self, exp: ResolvedExperiment, data: FederatedDataset, seed: int):
+    def __init__(self, exp: ResolvedExperiment, data: FederatedDataset, seed: int, scratch_dir=None):
         self.exp, self.data, self.seed = exp, data, seed
         cfg = exp.config
         n_train = data.n_train
@@ -83,8 +84,10 @@ class Simulation:
             raise ConfigError("selector.clients_per_round", self.selector.target(),
                               f"must be <= the number of clients ({n}) of this dataset")
         self.round_mode = exp["round_mode"].build()
-        self.algorithm = exp["algorithm"].build(AlgorithmContext(n, dim, n_train, seed, cfg.rounds))
-        self.compressor = exp["compressor"].build(dim, seed)
+        # Per-client state spills into the run folder's scratch area (removed when the run ends).
+        self.store = ClientStateStore(dim, n, int(cfg.runtime.state_budget_mb * 2**20), spill_dir=scratch_dir)
+        self.algorithm = exp["algorithm"].build(AlgorithmContext(n, dim, n_train, seed, cfg.rounds, self.store))
+        self.compressor = exp["compressor"].build(dim, seed, self.store)
         self.executor = exp["executor"].build()
         self.trainer = LocalTrainer(self.model, exp.train)
         self.ledger = CoordinateLedger(dim, cfg.rounds)
@@ -111,8 +114,9 @@ class Simulation:
                     on_round(r, row)
         finally:
             self.executor.close()
+            self.store.close()
         self.finish()
-        summary = {"wall_s": time.perf_counter() - wall0, "late_unused_s": self.unused_late_s,
+        summary = {"wall_s": time.perf_counter() - wall0, "late_unused_s": self.unused_late_s, **self.store.stats(),
                    **self.participation.summary(self.population.times_selected)}
         return RunResult(self.exp.variant, self.seed, rows, self._client_columns(), summary, self.params)
 

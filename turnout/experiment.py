@@ -207,7 +207,7 @@ def run_plan(plan: Plan, out: Path, progress: Callable[[str, int, int, dict], No
     for exp in plan.variants:
         for seed in plan.seeds:
             data = plan.dataset_for(exp, seed)
-            sim = Simulation(exp, data, seed)
+            sim = Simulation(exp, data, seed, scratch_dir=work / "scratch")
             res = sim.run(None if progress is None else
                           (lambda r, row, _v=exp.variant, _s=seed: progress(_v, _s, r, row)))
             _cumulate(res.rounds)
@@ -241,6 +241,7 @@ def run_plan(plan: Plan, out: Path, progress: Callable[[str, int, int, dict], No
     (work / "summary.json").write_text(json.dumps(_jsonable(summary), indent=2) + "\n")
     if first.config.output.plots:
         plot_accuracy(results, work, plan.name)
+    shutil.rmtree(work / "scratch", ignore_errors=True)
     if out.exists():
         out.rmdir()
     work.rename(out)

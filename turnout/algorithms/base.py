@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from ..registry import Registry
 from ..training.local_sgd import GradHook
+from ..world.state_store import ClientStateStore
 
 ALGORITHMS: Registry = Registry("algorithm", "client rule + server rule + their state")
 
@@ -30,6 +31,7 @@ class AlgorithmContext:
     n_train: np.ndarray
     seed: int
     rounds: int
+    store: ClientStateStore | None = None  # per-client model-sized state (control variates, memories)
 
 
 @dataclass

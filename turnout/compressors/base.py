@@ -14,6 +14,7 @@ import torch
 from pydantic import BaseModel
 
 from ..registry import Registry
+from ..world.state_store import ClientStateStore
 
 COMPRESSORS: Registry = Registry("compressor", "what goes on the wire up and down, with error feedback")
 
@@ -34,10 +35,11 @@ class Compressor(ABC):
 
     Config: type[BaseModel]
 
-    def __init__(self, cfg: BaseModel, dim: int, seed: int):
+    def __init__(self, cfg: BaseModel, dim: int, seed: int, store: ClientStateStore | None = None):
         self.cfg = cfg
         self.dim = dim
         self.seed = seed
+        self.store = store  # per-client residuals (error feedback) live here
 
     @abstractmethod
     def encode_uploads(self, round: int, clients: np.ndarray, updates: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:

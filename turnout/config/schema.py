@@ -52,6 +52,8 @@ class OutputConfig(StrictModel):
 
 class RuntimeConfig(StrictModel):
     torch_threads: int = Field(1, ge=1, le=256, description="intra-op threads; 1 is fastest for small models")
+    state_budget_mb: float = Field(1024.0, gt=0.0, description="RAM for per-client model-sized state (control "
+                                   "variates, memories, residuals); beyond it rows spill to a memory-mapped file")
 
 
 class VariantConfig(StrictModel):
