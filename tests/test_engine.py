@@ -185,3 +185,26 @@ def test_round_with_nobody_available_is_empty_and_advances_the_clock():
     assert empty["round_duration_s"] == sim.round_mode.empty_round_s and empty["bytes_down"] == 0
     assert empty["coords_changed"] == 0  # FedAvg with no reports leaves the model where it was
     assert res.rounds[2]["n_selected"] == 4 and np.isfinite(res.rounds[2]["loss"])
+
+
+def test_non_finite_or_misshapen_reports_are_rejected_and_model_stays_finite():
+    exp = expand({**TINY, "rounds": 2})[0]
+    data = prepare([exp]).dataset_for(exp, 0)
+    sim = Simulation(exp, data, 0)
+    honest = sim.algorithm.client_update
+    calls = []
+
+    def poisoned(client, start, end):
+        calls.append(client)
+        if len(calls) == 1:
+            return torch.full_like(start, float("nan"))
+        if len(calls) == 2:
+            return (end - start)[:-3]  # wrong shape
+        return honest(client, start, end)
+
+    sim.algorithm.client_update = poisoned
+    res = sim.run()
+    assert res.rounds[0]["n_rejected"] == 2 and res.rounds[0]["n_aggregated"] == 2
+    assert res.rounds[1]["n_rejected"] == 0
+    assert torch.isfinite(sim.params).all() and np.isfinite(res.rounds[-1]["loss"])
+    assert res.rounds[0]["wasted_s"] > 0  # the rejected clients' work never reached the model

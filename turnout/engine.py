@@ -150,10 +150,14 @@ class Simulation:
 
         lr = self.exp.train.lr_schedule.lr(self.exp.train.lr, r, cfg.rounds)
         steps = self.exp.train.steps_for(pop.n_train[clients])
+        self.algorithm.begin_round(r, clients, steps, lr)
         result = self.executor.run(ClientBatch(r, clients, steps, lr, self.params, self.buffers, self.seed),
                                    self.algorithm, self.trainer, self.data)
         decoded, up = self.compressor.encode_uploads(r, clients, result.updates)
-        up = np.asarray(up, dtype=np.int64) + self.model.buffer_bytes() * (len(self.buffers) > 0)
+        up = (np.asarray(up, dtype=np.int64) * self.algorithm.uplink_vectors
+              + self.model.buffer_bytes() * (len(self.buffers) > 0))
+        # Reports that are not finite (diverged client, corrupt payload) never reach the server rule.
+        rejected = ~torch.isfinite(decoded).all(dim=1).numpy() if k else np.zeros(0, bool)
 
         dev = pop.devices
         finish = (down / dev.down_bytes_per_s[clients]
@@ -161,7 +165,7 @@ class Simulation:
                   + up / dev.up_bytes_per_s[clients])
         dropped_at = self.availability.online_until(clients, r, t0) - t0
         close = self.round_mode.close(finish, dropped_at, cohort.target)
-        agg, late = close.aggregated, close.late & ~close.aggregated
+        agg, late = close.aggregated & ~rejected, close.late & ~close.aggregated & ~rejected
         duration = (close.duration_s if k else self.round_mode.empty_round_s) + probe_s
         t_close = t0 - probe_s + duration
         # REFL's moving-average round duration: μ_t = (1 − α)·D_{t−1} + α·μ_{t−1}, α = 0.25 (spec §6.1).
@@ -201,7 +205,7 @@ class Simulation:
         self.selector.observe(feedback)
         # Per-client accounting: an upload happens when the client delivers (on time or late).
         delivers = agg | late
-        delivered_up = np.where(delivers, up, 0)
+        delivered_up = np.where(delivers | (rejected & (close.aggregated | close.late)), up, 0)
         pop.times_selected[clients] += 1
         pop.times_aggregated[fresh_clients] += 1
         pop.last_round[clients] = r
@@ -221,7 +225,7 @@ class Simulation:
             "lr": lr, "bytes_up": int(delivered_up.sum()) + probe_up, "bytes_down": int(down.sum()) + probe_down,
             "n_available": int(len(available)), "n_selected": k, "n_aggregated": len(reports),
             "n_stale": int(stale_ok.sum()), "n_late": int(late.sum()), "n_stale_dropped": int((~stale_ok).sum()),
-            "n_dropped": int((finish > dropped_at).sum()),
+            "n_dropped": int((finish > dropped_at).sum()), "n_rejected": int(rejected.sum()),
             "resource_s": float(close.busy_s.sum()) + probe_busy, "wasted_s": float(wasted.sum()) + stale_wasted,
             "tau": tau, "coords_changed": int(changed),
             **self.selector.round_metrics(),

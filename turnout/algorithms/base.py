@@ -82,6 +82,13 @@ class Algorithm(ABC):
         self.ctx = ctx
 
     # ---- client rule (over tensors) -------------------------------------------------------
+    def begin_round(self, round: int, clients: np.ndarray, steps: np.ndarray, lr: float) -> None:
+        """Called before the cohort trains: who trains, with how many local steps, at which lr.
+
+        Rules that need K and η (SCAFFOLD's option-II control variate, FedNova-style
+        normalisation) read them here. Default: nothing.
+        """
+
     def client_start(self, client: int, global_params: torch.Tensor) -> torch.Tensor:
         """Where the client's local training starts (default: the global model it downloaded)."""
         return global_params

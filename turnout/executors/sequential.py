@@ -33,7 +33,9 @@ class SequentialExecutor(Executor):
             res = trainer.train(start, batch.buffers, x, y, steps, batch.lr,
                                 rngmod.stream(batch.seed, "batches", batch.round, client),
                                 grad_hook=algorithm.grad_hook(client, start))
-            updates[row] = algorithm.client_update(client, start, res.params)
+            update = algorithm.client_update(client, start, res.params)
+            # A report of the wrong shape is kept as NaN so the engine rejects it before aggregation.
+            updates[row] = update.reshape(-1) if update.numel() == dim else float("nan")
             losses[row], samples[row] = res.mean_loss, res.samples
             buffers.append(res.buffers)
         return CohortResult(updates=updates, losses=losses, samples=samples, buffers=buffers)
