@@ -85,10 +85,14 @@ def test_exact_lookup_matches_brute_force(integer):
 
 
 def test_key_search_matches_bisection():
-    """Large stateless queries use global float keys; small ones bisect: both exact and equal."""
+    """Large stateless queries on a trace with several periods use global float keys; small ones
+    bisect: both exact and equal. A single-period trace never builds the keys (it has the sweep)."""
     rng = np.random.default_rng(11)
-    tr = random_trace(rng, n=6000, period=86400.0, max_k=10, integer=False)
-    c = np.arange(tr.num_traces)
+    one = random_trace(rng, n=6000, period=86400.0, max_k=10, integer=False)
+    c = np.arange(one.num_traces)
+    assert one._locate(c, 5000.0)[0] is not None and one._keys is False
+    periods = np.where(c % 2 == 0, 86400.0, 90000.0)
+    tr = AvailabilityTrace(one.offsets, one.start_s, one.end_s, periods)
     for t in np.concatenate([rng.uniform(0, 3e5, 20), tr.start_s[:5], tr.end_s[:5]]):
         tau = t % 86400.0
         j1, f1 = tr._locate(c, tau)
@@ -99,10 +103,13 @@ def test_key_search_matches_bisection():
         assert np.array_equal(tr._search_online(small, t), tr._search_online(c, t)[small])
 
 
-def test_sweep_matches_search_over_a_long_walk():
-    """The incremental all-clients path equals the stateless search, forward, backward and across wraps."""
+@pytest.mark.parametrize("integer", [True, False])
+def test_sweep_matches_search_over_a_long_walk(integer):
+    """The incremental all-clients path equals the stateless search, forward, backward and across
+    wraps (float32 times when whole seconds, float64 otherwise)."""
     rng = np.random.default_rng(5)
-    tr = random_trace(rng, n=400, period=1000.0, max_k=8, integer=False)
+    tr = random_trace(rng, n=400, period=1000.0, max_k=8, integer=integer)
+    assert tr.start_s.dtype == (np.float32 if integer else np.float64)
     t = 0.0
     steps = np.concatenate([rng.uniform(0, 40, 150), rng.uniform(-300, 300, 50), rng.uniform(0, 3000, 20)])
     exact = np.concatenate([tr.start_s, tr.end_s])
@@ -120,12 +127,62 @@ def test_float_key_ties_are_resolved_exactly():
     n = 200_000
     period = 518400.0
     starts = np.full(n, period - 2.0)
-    trace = AvailabilityTrace(np.arange(n + 1), starts, starts + 1e-6, np.full(n, period))
+    periods = np.full(n, period)
+    periods[-1] = 2 * period  # not one period for all: large queries use the global keys
+    trace = AvailabilityTrace(np.arange(n + 1), starts, starts + 1e-6, periods)
     c = np.arange(n)
     tau = np.nextafter(period - 2.0, 0.0)  # just before every start: offline
     assert not trace._search_online(c, tau).any()
+    assert trace._keys is not None and trace._keys is not False
     assert trace._search_online(c, period - 2.0).all()
     assert not trace._search_online(c, period - 2.0 + 2e-6).any()
+
+
+def vector_brute_online(trace: AvailabilityTrace, t: float) -> np.ndarray:
+    """The interval test over every interval at once, in float64 (independent of the lookups)."""
+    owner = np.repeat(np.arange(trace.num_traces), trace.counts())
+    tau = np.mod(t, trace.period_s)[owner]
+    inside = (trace.start_s.astype(np.float64) <= tau) & (tau <= trace.end_s.astype(np.float64))
+    return np.bincount(owner, weights=inside, minlength=trace.num_traces) > 0
+
+
+def test_times_are_float32_exactly_when_lossless():
+    whole = AvailabilityTrace.from_intervals([[(1, 2), (5, 9)], [(0, 10)]], 10)
+    assert whole.start_s.dtype == np.float32 and whole.end_s.dtype == np.float32
+    assert whole.intervals(0).dtype == np.float64 and whole.intervals(0).tolist() == [[1, 2], [5, 9]]
+    assert AvailabilityTrace.from_intervals([[(0.1, 0.2)]], 1).start_s.dtype == np.float64  # 0.1 is not a float32
+    big = AvailabilityTrace.from_intervals([[(0, 2.0**25 + 1)]], 2.0**26)  # whole seconds past 2**24: not exact
+    assert big.end_s.dtype == np.float64 and big.end_s[0] == 2.0**25 + 1
+    half = AvailabilityTrace.from_intervals([[(0.5, 1.25)]], 10)  # binary fractions are exact
+    assert half.start_s.dtype == np.float32
+    # float32 input is kept as it is; arithmetic helpers widen
+    f32 = AvailabilityTrace(np.array([0, 1]), np.array([3.0], np.float32), np.array([7.5], np.float32), np.array([10.0]))
+    assert f32.start_s.dtype == np.float32 and f32.online_seconds().tolist() == [4.5]
+    with pytest.raises(TraceError, match="NaN"):
+        AvailabilityTrace(np.array([0, 1]), np.array([np.nan]), np.array([1.0]), np.array([10.0]))
+
+
+@pytest.mark.parametrize("periods", ["one", "several"])
+def test_float32_times_answer_exactly(periods):
+    """Float32 times are compared in float64 on every path (sweep, bisection, global keys), so a
+    query time that float32 cannot tell from an interval edge is still answered exactly."""
+    rng = np.random.default_rng(4)
+    n = 5000
+    base = random_trace(rng, n=n, period=1000.0, max_k=5)
+    per = np.full(n, 1000.0) if periods == "one" else np.where(np.arange(n) % 2 == 0, 1000.0, 2000.0)
+    tr = AvailabilityTrace(base.offsets, base.start_s, base.end_s, per)
+    assert tr.start_s.dtype == np.float32
+    c = np.arange(n)
+    edges = np.concatenate([tr.start_s[:15], tr.end_s[:15]]).astype(np.float64)
+    small = c[::97]
+    for t in np.concatenate([edges - 1e-6, edges, edges + 1e-6, edges + 2000.0 + 1e-6]):
+        want = vector_brute_online(tr, t)
+        assert np.array_equal(tr.is_online(None, t), want), t  # sweep (one period) or search
+        assert np.array_equal(tr._search_online(c, t), want), t  # bisection or global keys
+        assert np.array_equal(tr.is_online(small, t), want[small]), t
+        until = tr.online_until(small, t)
+        assert np.array_equal(until, [brute_until(tr, i, t) for i in small]), t
+    assert (tr._keys is False) == (periods == "one")
 
 
 def test_save_load_roundtrip(tmp_path):
@@ -138,6 +195,24 @@ def test_save_load_roundtrip(tmp_path):
     p2 = save_trace(tmp_path / "noext", tr)
     assert p2.name == "noext" and p2.is_file()
     assert load_trace(p2).num_traces == 2
+
+
+def test_float32_files(tmp_path):
+    """Files may hold float32 times (save_trace writes what the trace holds); float64 files load
+    as before, narrowed in memory when that is lossless."""
+    tr = AvailabilityTrace.from_intervals([[(1, 2)], [(0, 3), (4, 6)]], [10, 8])
+    back = load_trace(save_trace(tmp_path / "t.npz", tr))
+    with np.load(tmp_path / "t.npz") as z:
+        assert z["start_s"].dtype == np.float32 and z["end_s"].dtype == np.float32
+    assert back.start_s.dtype == np.float32 and np.array_equal(back.end_s, tr.end_s)
+    mixed = write_npz(tmp_path / "mixed.npz", **{**GOOD, "start_s": GOOD["start_s"].astype(np.float32)})
+    assert load_trace(mixed).start_s.dtype == np.float32
+    frac = write_npz(tmp_path / "frac.npz", **{**GOOD, "end_s": np.array([2.1, 3.0, 6.0])})
+    got = load_trace(frac)
+    assert got.end_s.dtype == np.float64 and got.end_s[0] == 2.1
+    bad = write_npz(tmp_path / "f16.npz", **{**GOOD, "start_s": GOOD["start_s"].astype(np.float16)})
+    with pytest.raises(TraceFileError, match="dtype float16, expected float64 or float32"):
+        load_trace(bad)
 
 
 def write_npz(path, **arrays):

@@ -96,6 +96,36 @@ def test_deterministic_per_seed_and_prefix_stable():
     assert np.all(d.period_s == 2 * DAY_S) and d.end_s.max() <= 2 * DAY_S
 
 
+def test_pinned_output_in_float32():
+    """The trace of a seed is pinned (it did not change when times became float32 and chunks were
+    built in blocks); whole seconds are held as float32, fractional ones as float64."""
+    t = generate_trace(3000, 11)
+    assert t.start_s.dtype == np.float32 and t.end_s.dtype == np.float32
+    assert t.num_intervals == 63893 and int(t.offsets[1500]) == 32060
+    assert int(t.start_s.astype(np.float64).sum()) == 16368746910
+    assert int(t.end_s.astype(np.float64).sum()) == 16573402331
+    frac = generate_trace(200, 11, GeneratorConfig(resolution_s=0))
+    assert frac.start_s.dtype == np.float64 and not np.all(frac.start_s == np.round(frac.start_s))
+
+
+def test_blocks_threads_and_chunks_layout(monkeypatch):
+    """Blocks inside a chunk and the number of threads do not change the trace."""
+    import turnout.traces.generate as gen
+
+    cfg = GeneratorConfig(day_start_hour=0.0, day_start_jitter_h=0.0)  # days start at midnight
+    monkeypatch.setattr(gen, "CHUNK", 700)
+    monkeypatch.setattr(gen, "BLOCK", 700)
+    monkeypatch.setattr(gen.os, "cpu_count", lambda: 1)
+    ref = generate_trace(2000, 5, cfg)
+    for block, cpus in ((3, 1), (64, 2), (333, 3)):
+        monkeypatch.setattr(gen, "BLOCK", block)
+        monkeypatch.setattr(gen.os, "cpu_count", lambda: cpus)
+        t = generate_trace(2000, 5, cfg)
+        assert np.array_equal(t.offsets, ref.offsets) and np.array_equal(t.start_s, ref.start_s)
+        assert np.array_equal(t.end_s, ref.end_s), (block, cpus)
+    assert generate_trace(0, 5).num_traces == 0
+
+
 def test_calibration_file_errors(tmp_path):
     bad = tmp_path / "h.out"
     bad.write_text("#@arppy\n0 10 0.1\nabc\n")

@@ -8,8 +8,8 @@ struct-of-arrays, never as pickled Python objects, and read with ``allow_pickle=
 array                dtype / shape              meaning
 ===================  =========================  ===============================================
 ``offsets``          int64 ``(N+1,)``           client ``c``'s intervals are ``offsets[c]:offsets[c+1]``
-``start_s``          float64 ``(M,)``           interval starts, seconds from the period start
-``end_s``            float64 ``(M,)``           interval ends (``start_s <= end_s <= period_s``)
+``start_s``          float64/32 ``(M,)``        interval starts, seconds from the period start
+``end_s``            float64/32 ``(M,)``        interval ends (``start_s <= end_s <= period_s``)
 ``period_s``         float64 ``(N,)``           per-client period (FedScale ``finish_time``)
 ``model``            unicode ``(N,)``, optional device model name (FedScale ``model``)
 ``format_version``   int64 scalar               :data:`FORMAT_VERSION`
@@ -22,14 +22,27 @@ strictly separated (``start_s[i+1] > end_s[i]``; touching closed intervals would
 so the importer merges them), ``0 <= start_s < period_s`` and ``end_s <= period_s``. An interval
 ending exactly at ``period_s`` continues into the next period's interval starting at 0.
 
+Times may be stored as float64 or float32 (in a file and in memory). In memory a trace holds
+them as **float32 whenever that is lossless** — every value equal to its float32 rounding, as
+whole seconds below 2**24 s (194 days) are, which covers FedScale's traces and the generator's
+— and as float64 otherwise; nothing is ever rounded. That halves the largest arrays (1,000,000
+generated clients: 21.5M intervals, 172 MB instead of 344 MB). Lookups compare in float64, so
+answers are exact either way; code doing its own arithmetic on ``start_s``/``end_s`` should
+widen first (``np.subtract(end_s, start_s, dtype=np.float64)``), as float32 sums round.
+Files written by :func:`save_trace` keep the in-memory dtype (turnout before float32 support
+rejects float32 files with a dtype message).
+
 Lookups are exact and vectorised, three ways with the same answer (FedScale's interval test):
 
 * all clients at one time (what availability asks each round): an incremental sweep that
   applies only the interval starts/ends between the previous and the new time (:class:`_Sweep`)
-  — about a millisecond per million clients per round;
-* a few clients (a cohort's dropout times): a per-client binary search, vectorised;
-* many clients, stateless: every interval gets the key ``client * BIG + start_s`` with ``BIG``
-  a power of two ``>= 2 * max(period_s)``, so one ``np.searchsorted`` over one sorted array
+  — about a millisecond per million clients per round; its index (8 bytes per interval) is
+  built by :meth:`AvailabilityTrace.build_sweep` or on the first such query;
+* a few clients (a cohort's dropout times), or any number on a trace with one period: a
+  per-client binary search, vectorised (a third of a second for all of 10^6 clients);
+* many clients, stateless, on a trace whose periods differ (no sweep): every interval gets the
+  key ``client * BIG + start_s`` with ``BIG`` a power of two ``>= 2 * max(period_s)``, so one
+  ``np.searchsorted`` over one sorted array (8 more bytes per interval, built on first use)
   serves all clients; float rounding in the keys can only make the search land *after* the
   right interval when two keys tie, and those ties are re-checked with exact comparisons.
 """
@@ -92,8 +105,8 @@ class AvailabilityTrace:
     def __post_init__(self) -> None:
         # read-only views: the caller's arrays keep their own flags
         self.offsets = np.ascontiguousarray(self.offsets, dtype=np.int64).view()
-        self.start_s = np.ascontiguousarray(self.start_s, dtype=np.float64).view()
-        self.end_s = np.ascontiguousarray(self.end_s, dtype=np.float64).view()
+        start, end = _time_arrays(self.start_s, self.end_s)
+        self.start_s, self.end_s = start.view(), end.view()
         self.period_s = np.ascontiguousarray(self.period_s, dtype=np.float64).view()
         if self.model is not None:
             self.model = np.asarray(self.model)
@@ -136,14 +149,15 @@ class AvailabilityTrace:
         return np.diff(self.offsets)
 
     def intervals(self, client: int) -> np.ndarray:
-        """Client ``client``'s intervals as a ``(k, 2)`` array of (start, end) seconds."""
+        """Client ``client``'s intervals as a float64 ``(k, 2)`` array of (start, end) seconds."""
         lo, hi = self.offsets[client], self.offsets[client + 1]
-        return np.stack([self.start_s[lo:hi], self.end_s[lo:hi]], axis=1)
+        return np.stack([self.start_s[lo:hi], self.end_s[lo:hi]], axis=1).astype(np.float64)
 
     def online_seconds(self) -> np.ndarray:
         """Total online seconds per period, per client (FedScale's ``duration``)."""
         owner = np.repeat(np.arange(self.num_traces), self.counts())
-        return np.bincount(owner, weights=self.end_s - self.start_s, minlength=self.num_traces)
+        length = np.subtract(self.end_s, self.start_s, dtype=np.float64)
+        return np.bincount(owner, weights=length, minlength=self.num_traces)
 
     def subset(self, clients) -> "AvailabilityTrace":
         """A new trace with the given clients' traces, in that order."""
@@ -198,15 +212,30 @@ class AvailabilityTrace:
             raise IndexError(f"trace index out of range [0, {self.num_traces})")
         return c
 
-    def _tau(self, c: np.ndarray, t) -> np.ndarray | float:
+    def _tau(self, c: np.ndarray, t) -> np.ndarray | np.float64:
+        # a NumPy float64 (never a Python float): comparisons with float32 times stay in float64
         t = np.asarray(t, np.float64)
         if t.ndim == 0 and self._uniform_period is not None:
-            return float(np.mod(float(t), self._uniform_period))
+            return np.float64(np.mod(float(t), self._uniform_period))
         return np.mod(t, self.period_s[c])
+
+    def build_sweep(self) -> None:
+        """Build the incremental all-clients index now (else the first all-clients query does).
+
+        Only a trace with one period for all clients and at least one interval has it; about
+        8 bytes per interval and a second or two per 10^7 intervals. Availability models call it
+        at construction so that no simulated round pays for it.
+        """
+        if self._sweep is None and self._uniform_period is not None and self.num_intervals:
+            self._sweep = _Sweep(self)
 
     def _key_index(self) -> np.ndarray | None:
         """Sorted keys ``client * BIG + start`` (BIG a power of two >= 2 * max period), or None
-        when the float64 range cannot hold them exactly enough (then bisection is used)."""
+        when the float64 range cannot hold them exactly enough, or when the trace has one period
+        (its all-clients queries go through the sweep; the others bisect without the extra
+        8 bytes per interval)."""
+        if self._keys is None and self._uniform_period is not None:
+            self._keys = False
         if self._keys is None:
             n = self.num_traces
             pmax = float(self.period_s.max()) if n else 1.0
@@ -229,6 +258,7 @@ class AvailabilityTrace:
         """
         if not self.num_intervals:
             return np.zeros(len(c), np.int64), np.zeros(len(c), bool)
+        tau = np.asarray(tau, np.float64)  # never a Python float: comparisons stay in float64
         if len(c) < max(4096, self.num_traces // 16) or self._key_index() is None:
             return self._bisect(c, tau)
         keys = self._keys
@@ -283,8 +313,7 @@ class AvailabilityTrace:
         n = self.num_traces if c is None else len(c)
         if (np.ndim(t) == 0 and self._uniform_period is not None and self.num_intervals
                 and n >= max(self.num_traces // 8, 1)):
-            if self._sweep is None:
-                self._sweep = _Sweep(self)
+            self.build_sweep()
             mask = self._sweep.mask(float(np.mod(float(t), self._uniform_period)))
             return mask.copy() if c is None else mask[c]
         return self._search_online(c, t)
@@ -296,7 +325,7 @@ class AvailabilityTrace:
         j, found = self._locate(c, tau)
         if not len(self.end_s):
             return found
-        return found & (tau <= self.end_s[j])
+        return found & (tau <= self.end_s[j].astype(np.float64))
 
     def online_until(self, clients, t) -> np.ndarray:
         """Absolute time each client goes offline: the end of its current interval.
@@ -312,7 +341,7 @@ class AvailabilityTrace:
         out = np.broadcast_to(t_arr, c.shape).astype(np.float64)
         if not len(self.end_s):
             return out
-        end = self.end_s[j]
+        end = self.end_s[j].astype(np.float64)
         online = found & (tau <= end)
         period = self.period_s[c] if self._uniform_period is None else self._uniform_period
         extra = np.where(end == period, self._wrap_extra[c], 0.0)
@@ -338,15 +367,20 @@ class _Sweep:
     The number of intervals of client ``c`` containing ``tau`` (0 or 1, intervals being disjoint)
     is ``#{start <= tau} - #{end < tau}``. Keeping that count for every client at the last queried
     ``tau``, a new query only applies the interval starts and ends between the two times, found
-    through a bucket index over the period (intervals ordered by the bucket of their start / end
-    with a linear-time radix sort, plus each event's client). Simulations query slowly moving
-    times, so a round touches a few thousand events instead of searching for every client. The
-    window is taken from the previous time, from 0 (count 0) or from the period end (count 0),
-    whichever holds the fewest events; when even that is several events per client, the trace's
-    exact search answers instead. Built on first use: about 40 bytes per interval.
+    through a bucket index over the period: the interval indices ordered by the bucket of their
+    start (and, separately, of their end), from a linear-time counting sort done in blocks; an
+    event's client is looked up in ``offsets`` when the event is applied. Simulations query slowly
+    moving times, so a round touches a few thousand events instead of searching for every client.
+    The window is taken from the previous time, from 0 (count 0) or from the period end (count
+    0), whichever holds the fewest events; when even that is several events per client, the
+    trace's exact search answers instead. Memory: 8 bytes per interval (16 from 2**31 intervals
+    on) and 9 bytes per client; the build needs about 20 MB more per thread (two), whatever
+    the trace's size.
     """
 
     BUCKETS = 65535
+    #: events per block of the counting sort (bounds the build's temporary memory)
+    BLOCK = 1 << 19
 
     def __init__(self, trace: "AvailabilityTrace"):
         self.trace = trace
@@ -355,29 +389,53 @@ class _Sweep:
         self.b = int(min(self.BUCKETS, max(1, m // 16)))
         self.w = self.period / self.b
         self.inv_w = 1.0 / self.w
-        owner = np.repeat(np.arange(trace.num_traces, dtype=np.int32), trace.counts())
-        if m > (1 << 20) and (os.cpu_count() or 1) > 1:  # numpy sorts and gathers without the GIL
+        if m > (1 << 22) and (os.cpu_count() or 1) > 1:  # numpy sorts and gathers without the GIL
             with ThreadPoolExecutor(2) as pool:
-                ends = pool.submit(self._index, trace.end_s, owner)
-                self.s_order, self.s_off, self.s_owner = self._index(trace.start_s, owner)
-                self.e_order, self.e_off, self.e_owner = ends.result()
+                ends = pool.submit(self._index, trace.end_s)
+                self.s_order, self.s_off = self._index(trace.start_s)
+                self.e_order, self.e_off = ends.result()
         else:
-            self.s_order, self.s_off, self.s_owner = self._index(trace.start_s, owner)
-            self.e_order, self.e_off, self.e_owner = self._index(trace.end_s, owner)
-        self.cnt: np.ndarray | None = None  # int64 count per client (add.at is fast on intp)
-        self.online: np.ndarray | None = None  # bool per client
+            self.s_order, self.s_off = self._index(trace.start_s)
+            self.e_order, self.e_off = self._index(trace.end_s)
+        if m > (1 << 22):
+            _trim_heap()
+        # State at the period start. np.full writes every page now, so that the first rounds'
+        # scattered updates do not fault them in one by one.
+        self.cnt = np.full(trace.num_traces, 0, np.int64)  # count per client (add.at is fast on intp)
+        self.online = np.full(trace.num_traces, False)
         self.tau: float | None = None
+        self.mask(0.0)
 
-    def _index(self, t: np.ndarray, owner: np.ndarray):
-        bucket = np.minimum(t * self.inv_w, self.b - 1.0).astype(np.uint16)
-        order = np.argsort(bucket, kind="stable")  # radix sort for 16-bit keys
+    def _buckets(self, t: np.ndarray) -> np.ndarray:
+        # the float64 expression of _bucket, so an event never falls outside the scanned range
+        x = t.astype(np.float64)
+        x *= self.inv_w
+        np.minimum(x, self.b - 1.0, out=x)
+        return x.astype(np.uint16)
+
+    def _index(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(interval indices ordered by bucket, stably; bucket offsets), in O(M) time."""
+        m, blk = len(t), self.BLOCK
+        counts = np.zeros(self.b, np.int64)
+        for lo in range(0, m, blk):
+            counts += np.bincount(self._buckets(t[lo:lo + blk]), minlength=self.b)
         off = np.zeros(self.b + 1, np.int64)
-        np.cumsum(np.bincount(bucket, minlength=self.b), out=off[1:])
-        idx_type = np.int32 if len(t) < 2**31 else np.int64
-        return order.astype(idx_type), off, owner[order]
+        np.cumsum(counts, out=off[1:])
+        order = np.empty(m, np.int32 if m < 2**31 else np.int64)
+        nxt = off[:-1].copy()  # where the next event of each bucket goes
+        for lo in range(0, m, blk):
+            bk = self._buckets(t[lo:lo + blk])
+            o = np.argsort(bk, kind="stable")  # radix sort for 16-bit keys
+            cnt = np.bincount(bk, minlength=self.b)
+            shift = nxt - (np.cumsum(cnt) - cnt)  # position in the sorted block -> in `order`
+            pos = shift[bk[o]]
+            pos += np.arange(len(o))
+            o += lo
+            order[pos] = o
+            nxt += cnt
+        return order, off
 
     def _bucket(self, t: float) -> int:
-        # the same float expression as in _index, so an event never falls outside the scanned range
         return int(min(max(t * self.inv_w, 0.0), self.b - 1.0))
 
     def _span(self, off: np.ndarray, lo: float, hi: float) -> int:
@@ -386,20 +444,21 @@ class _Sweep:
             return 0
         return int(off[self._bucket(hi) + 1] - off[self._bucket(lo)])
 
-    def _owners(self, order, off, owners, times, lo: float, hi: float, lo_open: bool, hi_open: bool) -> np.ndarray:
+    def _owners(self, order, off, times, lo: float, hi: float, lo_open: bool, hi_open: bool) -> np.ndarray:
         """Clients owning an event whose time lies between ``lo`` and ``hi`` (ends open or closed)."""
         if hi < lo:
-            return np.zeros(0, np.int32)
+            return np.zeros(0, np.int64)
         a, b = off[self._bucket(lo)], off[self._bucket(hi) + 1]
-        v = times[order[a:b]]
+        ev = order[a:b]
+        v = times[ev].astype(np.float64)  # exact comparisons, whatever the stored dtype
         keep = ((v > lo) if lo_open else (v >= lo)) & ((v < hi) if hi_open else (v <= hi))
-        return owners[a:b][keep]
+        return np.searchsorted(self.trace.offsets, ev[keep], side="right") - 1
 
     def _apply(self, starts: tuple, ends: tuple, sign: int) -> None:
         """Add ``sign`` per start event in the ``starts`` window, subtract it per end in ``ends``."""
         tr = self.trace
-        s_own = self._owners(self.s_order, self.s_off, self.s_owner, tr.start_s, *starts)
-        e_own = self._owners(self.e_order, self.e_off, self.e_owner, tr.end_s, *ends)
+        s_own = self._owners(self.s_order, self.s_off, tr.start_s, *starts)
+        e_own = self._owners(self.e_order, self.e_off, tr.end_s, *ends)
         np.add.at(self.cnt, s_own, sign)
         np.add.at(self.cnt, e_own, -sign)
         touched = np.concatenate([s_own, e_own])
@@ -425,8 +484,8 @@ class _Sweep:
             else:  # - starts in (tau, cur], + ends in [tau, cur)
                 self._apply((tau, cur, True, False), (tau, cur, False, True), -1)
         else:
-            self.cnt = np.zeros(n, np.int64)
-            self.online = np.zeros(n, np.bool_)
+            self.cnt.fill(0)  # in place: the arrays are the sweep's own (callers get copies)
+            self.online.fill(False)
             if kind == "zero":  # + starts in [0, tau], - ends in [0, tau)
                 self._apply((0.0, tau, False, False), (0.0, tau, False, True), +1)
             else:  # count = #{end >= tau} - #{start > tau}
@@ -435,19 +494,74 @@ class _Sweep:
         return self.online
 
 
+_TRIM = None
+
+
+def _trim_heap() -> None:
+    """Give memory freed by big NumPy temporaries back to the OS (glibc ``malloc_trim``; a
+    no-op where the C library has none).
+
+    glibc keeps freed blocks below its mmap threshold (up to 32 MB) in its heaps, and blocks
+    freed in worker threads in per-thread heaps that the main thread never reuses: after the
+    generator and the sweep's build at 10^6 clients, some 150 MB of resident memory holding
+    nothing. Called once after each of those bulk builds; it takes milliseconds.
+    """
+    global _TRIM
+    if _TRIM is None:
+        try:
+            import ctypes
+
+            _TRIM = ctypes.CDLL(None).malloc_trim
+            _TRIM.argtypes, _TRIM.restype = [ctypes.c_size_t], ctypes.c_int
+        except (OSError, AttributeError, TypeError):
+            _TRIM = False
+    if _TRIM:
+        _TRIM(0)
+
+
 def _as_number(x: float) -> int | float:
     x = float(x)
     return int(x) if x.is_integer() else x
 
 
 # ----------------------------------------------------------------------------------------------
+_NARROW_BLOCK = 1 << 22
+
+
+def _time_arrays(start, end) -> tuple[np.ndarray, np.ndarray]:
+    """``start``/``end`` as contiguous float32 arrays when that loses nothing, else as float64.
+
+    Float32 input stays float32; anything else is converted to float64 first and then narrowed
+    to float32 when every value of both arrays survives the round trip (checked in blocks, so
+    the check needs little memory beyond the float32 result).
+    """
+    s, e = np.asarray(start), np.asarray(end)
+    if s.dtype == np.float32 and e.dtype == np.float32:
+        return np.ascontiguousarray(s), np.ascontiguousarray(e)
+    s, e = np.ascontiguousarray(s, dtype=np.float64), np.ascontiguousarray(e, dtype=np.float64)
+    if s.ndim != 1 or e.ndim != 1:
+        return s, e  # check_arrays names the problem
+    out = []
+    for a in (s, e):
+        n32 = np.empty(len(a), np.float32)
+        for lo in range(0, len(a), _NARROW_BLOCK):
+            blk = a[lo:lo + _NARROW_BLOCK]
+            part = n32[lo:lo + _NARROW_BLOCK]
+            with np.errstate(over="ignore", invalid="ignore"):
+                part[...] = blk
+            if not np.array_equal(part, blk):  # compared in float64; NaN never equal
+                return s, e
+        out.append(n32)
+    return out[0], out[1]
+
+
 def check_arrays(offsets: np.ndarray, start: np.ndarray, end: np.ndarray, period: np.ndarray,
                  model: np.ndarray | None) -> str | None:
     """The first broken rule of the format as a short phrase, or ``None`` when all hold."""
-    for name, a, kind in (("offsets", offsets, "int64"), ("start_s", start, "float64"),
-                          ("end_s", end, "float64"), ("period_s", period, "float64")):
-        if a.dtype != np.dtype(kind):
-            return f"array {name!r} has dtype {a.dtype}, expected {kind}"
+    for name, a, kinds in (("offsets", offsets, ("int64",)), ("start_s", start, ("float64", "float32")),
+                           ("end_s", end, ("float64", "float32")), ("period_s", period, ("float64",))):
+        if a.dtype not in [np.dtype(k) for k in kinds]:
+            return f"array {name!r} has dtype {a.dtype}, expected {' or '.join(kinds)}"
         if a.ndim != 1:
             return f"array {name!r} has shape {a.shape}, expected a 1-D array"
     n = len(period)
