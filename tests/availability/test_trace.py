@@ -70,6 +70,16 @@ def test_exact_available_matches_brute_force(trace_file):
     assert np.array_equal(av.online_until(off, 0, t), np.full(len(off), t))  # offline: drops at once
 
 
+def test_exact_lookup_index_is_built_with_the_model(trace_file):
+    """The all-clients index is part of construction, so no round pays for it."""
+    tr, path = trace_file
+    av = build({"path": path}, 321)
+    assert av.trace._sweep is not None and av.trace._sweep.tau == 0.0  # built, at the period start
+    gen = build({"generator": {"days": 1}}, 50, seed=9)
+    assert gen.trace._sweep is not None
+    assert build({"path": path, "lookup": "fedscale_pointer"}, 123).trace._sweep is None
+
+
 def test_time_offset(trace_file):
     tr, path = trace_file
     av = build({"path": path, "time_offset_s": 250.0}, tr.num_traces)
