@@ -2,8 +2,10 @@
 
 Components are enumerated from the registries, so a newly registered component joins the matrix
 automatically (give it options below if its defaults do not suit a 24-client population). The
-default suite covers every (availability × selector) and every (round mode × selector ×
-compressor × algorithm) pair; the full cross product is marked slow.
+default suite covers every (availability × selector) pair and, with a greedy covering array, every
+pair of values among (round mode, selector, compressor, algorithm); the full cross product is marked
+slow. Compressor × algorithm pairs that config validation refuses (a compressor that would break the
+algorithm's upload) are checked to be refused instead of run.
 """
 
 import itertools
@@ -68,12 +70,32 @@ def pairs_availability_selector():
     return list(itertools.product(names("availability"), names("selector")))
 
 
+def compatible(compressor, algorithm):
+    algo = seam_registries()["algorithm"].get(algorithm)
+    accepts = getattr(seam_registries()["compressor"].get(compressor), "accepts", None)
+    return accepts is None or algo.upload_kind(algo.Config()) in accepts
+
+
 def pairs_rest():
+    """A covering array: every pair of values of any two of the four seams appears in some tuple."""
+    seams = [names("round_mode"), names("selector"), names("compressor"), names("algorithm")]
+    combos = [t for t in itertools.product(*seams) if compatible(t[2], t[3])]
+    uncovered = {(i, t[i], j, t[j]) for t in combos for i, j in itertools.combinations(range(4), 2)}
+
+    def gain(t):
+        return sum((i, t[i], j, t[j]) in uncovered for i, j in itertools.combinations(range(4), 2))
+
     out = []
-    for rm, sel, comp, algo in itertools.product(names("round_mode"), names("selector"), names("compressor"),
-                                                 names("algorithm")):
-        out.append((rm, sel, comp, algo))
+    while uncovered:
+        i, a, j, b = min(uncovered)
+        best = max((t for t in combos if t[i] == a and t[j] == b), key=gain)
+        out.append(best)
+        uncovered -= {(p, best[p], q, best[q]) for p, q in itertools.combinations(range(4), 2)}
     return out
+
+
+def incompatible_pairs():
+    return [(c, a) for c, a in itertools.product(names("compressor"), names("algorithm")) if not compatible(c, a)]
 
 
 @pytest.mark.parametrize("availability,selector", pairs_availability_selector())
@@ -86,9 +108,19 @@ def test_round_mode_selector_compressor_algorithm(round_mode, selector, compress
     run_combo(round_mode=round_mode, selector=selector, compressor=compressor, algorithm=algorithm)
 
 
+@pytest.mark.parametrize("compressor,algorithm", incompatible_pairs())
+def test_incompatible_compressor_is_refused(compressor, algorithm):
+    from turnout.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        run_combo(compressor=compressor, algorithm=algorithm)
+    assert e.value.key == "compressor.name"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("availability,selector,round_mode,compressor,algorithm", list(itertools.product(
-    names("availability"), names("selector"), names("round_mode"), names("compressor"), names("algorithm"))))
+@pytest.mark.parametrize("availability,selector,round_mode,compressor,algorithm", [
+    t for t in itertools.product(names("availability"), names("selector"), names("round_mode"), names("compressor"),
+                                 names("algorithm")) if compatible(t[3], t[4])])
 def test_full_cross_product(availability, selector, round_mode, compressor, algorithm):
     run_combo(availability=availability, selector=selector, round_mode=round_mode, compressor=compressor,
               algorithm=algorithm)

@@ -86,8 +86,9 @@ class Simulation:
         self.round_mode = exp["round_mode"].build()
         # Per-client state spills into the run folder's scratch area (removed when the run ends).
         self.store = ClientStateStore(dim, n, int(cfg.runtime.state_budget_mb * 2**20), spill_dir=scratch_dir)
-        self.algorithm = exp["algorithm"].build(AlgorithmContext(n, dim, n_train, seed, cfg.rounds, self.store))
-        self.compressor = exp["compressor"].build(dim, seed, self.store)
+        self.algorithm = exp["algorithm"].build(AlgorithmContext(n, dim, n_train, seed, cfg.rounds, self.store,
+                                                                 train=exp.train))
+        self.compressor = exp["compressor"].build(dim, seed, self.store, layout=self.model.sizes)
         self.executor = exp["executor"].build()
         self.trainer = LocalTrainer(self.model, exp.train)
         self.ledger = CoordinateLedger(dim, cfg.rounds)
@@ -106,7 +107,8 @@ class Simulation:
             for r in range(cfg.rounds):
                 row = self.step(r)
                 if (r + 1) % cfg.eval.every == 0 or r == cfg.rounds - 1:
-                    row["accuracy"], row["loss"] = evaluate(self.model, self.params, self.buffers,
+                    row["accuracy"], row["loss"] = evaluate(self.model, self.algorithm.eval_params(self.params),
+                                                            self.buffers,
                                                             self.data.x_server_test, self.data.y_server_test,
                                                             cfg.eval.batch_size)
                 rows.append(row)
@@ -151,11 +153,14 @@ class Simulation:
         lr = self.exp.train.lr_schedule.lr(self.exp.train.lr, r, cfg.rounds)
         steps = self.exp.train.steps_for(pop.n_train[clients])
         self.algorithm.begin_round(r, clients, steps, lr)
+        self.compressor.begin_round(r, clients, np.asarray(cohort.weights, np.float64), cohort.normalize,
+                                    getattr(self.selector, "last_sticky", None))
         result = self.executor.run(ClientBatch(r, clients, steps, lr, self.params, self.buffers, self.seed),
                                    self.algorithm, self.trainer, self.data)
         decoded, up = self.compressor.encode_uploads(r, clients, result.updates)
-        up = (np.asarray(up, dtype=np.int64) * self.algorithm.uplink_vectors
-              + self.model.buffer_bytes() * (len(self.buffers) > 0))
+        up = self.algorithm.upload_bytes(r, clients, result.updates,
+                                         np.asarray(up, dtype=np.int64) * self.algorithm.uplink_vectors)
+        up = np.asarray(up, dtype=np.int64) + self.model.buffer_bytes() * (len(self.buffers) > 0)
         # Reports that are not finite (diverged client, corrupt payload) never reach the server rule.
         rejected = ~torch.isfinite(decoded).all(dim=1).numpy() if k else np.zeros(0, bool)
 
@@ -228,7 +233,7 @@ class Simulation:
             "n_dropped": int((finish > dropped_at).sum()), "n_rejected": int(rejected.sum()),
             "resource_s": float(close.busy_s.sum()) + probe_busy, "wasted_s": float(wasted.sum()) + stale_wasted,
             "tau": tau, "coords_changed": int(changed),
-            **self.selector.round_metrics(),
+            **self.selector.round_metrics(), **self.algorithm.round_metrics(),
         }
 
     def finish(self) -> None:
@@ -246,7 +251,7 @@ class Simulation:
             **self.participation.client_columns(),
         }
         if self.exp.config.eval.per_client:
-            acc, loss = evaluate_many(self.model, self.params, self.buffers, d.x_test, d.y_test, d.test_offsets,
+            acc, loss = evaluate_many(self.model, self.algorithm.eval_params(self.params), self.buffers, d.x_test, d.y_test, d.test_offsets,
                                       self.exp.config.eval.batch_size)
             cols["n_test"], cols["test_accuracy"], cols["test_loss"] = d.n_test, acc, loss
         return cols

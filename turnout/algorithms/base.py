@@ -16,6 +16,7 @@ import torch
 from pydantic import BaseModel
 
 from ..registry import Registry
+from ..training.config import TrainConfig
 from ..training.local_sgd import GradHook
 from ..world.state_store import ClientStateStore
 
@@ -32,6 +33,7 @@ class AlgorithmContext:
     seed: int
     rounds: int
     store: ClientStateStore | None = None  # per-client model-sized state (control variates, memories)
+    train: TrainConfig | None = None  # the clients' local-training settings (rules that invert SGD read them)
 
 
 @dataclass
@@ -76,10 +78,22 @@ class Algorithm(ABC):
     #: and how many rounds late they may be; others are dropped on arrival and counted as waste.
     uses_stale_updates: bool = False
     max_staleness: int = 0
+    #: what a client's upload is, so config validation can refuse a compressor that would break it
+    #: (a compressor lists the kinds it ``accepts``): ``model_delta`` (new − old model),
+    #: ``gradient_difference`` (FedSUM's Δy_i), ``control_variate`` (SCAFFOLD single-uplink δ_i),
+    #: ``nack_or_delta`` (Adaptive-OU's NACK encoding).
+    update_kind: str = "model_delta"
+    #: rules that recover gradients from the SGD end point need plain local SGD; validation enforces it.
+    requires_plain_sgd: bool = False
 
     def __init__(self, cfg: BaseModel, ctx: AlgorithmContext):
         self.cfg = cfg
         self.ctx = ctx
+
+    @classmethod
+    def upload_kind(cls, cfg: BaseModel) -> str:
+        """What this rule uploads under options ``cfg`` (SCAFFOLD's form changes it)."""
+        return cls.update_kind
 
     # ---- client rule (over tensors) -------------------------------------------------------
     def begin_round(self, round: int, clients: np.ndarray, steps: np.ndarray, lr: float) -> None:
@@ -101,10 +115,26 @@ class Algorithm(ABC):
         """What the client uploads (default: the model delta, new minus old)."""
         return end - start
 
+    def upload_bytes(self, round: int, clients: np.ndarray, uploads: torch.Tensor,
+                     default_bytes: np.ndarray) -> np.ndarray:
+        """Wire bytes of each upload, given the raw uploads and what the compressor charged.
+
+        Default: the compressor's bytes. Rules with their own wire format (Adaptive-OU's NACKs) override.
+        """
+        return default_bytes
+
     # ---- server rule ------------------------------------------------------------------------
     @abstractmethod
     def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
         """The next global model from this round's reports (which may be empty)."""
+
+    def eval_params(self, global_params: torch.Tensor) -> torch.Tensor:
+        """The model that is evaluated (FedAWE evaluates the clients' average). Default: the global model."""
+        return global_params
+
+    def round_metrics(self) -> dict[str, object]:
+        """Extra columns of this round's row in ``rounds.csv`` (thresholds, NACK counts, …)."""
+        return {}
 
     def state_dict(self) -> dict[str, object]:
         return {}

@@ -34,12 +34,21 @@ class Compressor(ABC):
     """Encodes client uploads and prices downloads from what each client lacks."""
 
     Config: type[BaseModel]
+    #: the upload kinds (``Algorithm.update_kind``) this compressor may encode; ``None`` = any.
+    #: Config validation refuses other pairs instead of silently breaking an algorithm's invariants.
+    accepts: frozenset[str] | None = None
 
-    def __init__(self, cfg: BaseModel, dim: int, seed: int, store: ClientStateStore | None = None):
+    def __init__(self, cfg: BaseModel, dim: int, seed: int, store: ClientStateStore | None = None,
+                 layout: list[int] | None = None):
         self.cfg = cfg
         self.dim = dim
         self.seed = seed
         self.store = store  # per-client residuals (error feedback) live here
+        self.tensor_sizes = list(layout) if layout is not None else [dim]  # the model's parameter tensors
+
+    def begin_round(self, round: int, clients: np.ndarray, weights: np.ndarray, normalize: bool,
+                    sticky: np.ndarray | None = None) -> None:
+        """Called after selection with the cohort, its weights and (GlueFL) the sticky members. Default: nothing."""
 
     @abstractmethod
     def encode_uploads(self, round: int, clients: np.ndarray, updates: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:

@@ -143,7 +143,26 @@ def resolve(raw: dict[str, Any], variant: str = "", prefix: str = "") -> Resolve
         cls, opts = validate_component(registry, getattr(cfg, seam), f"{prefix}{seam}")
         components[seam] = Component(getattr(cfg, seam)["name"] if isinstance(getattr(cfg, seam), dict)
                                      else getattr(cfg, seam), cls, opts)
+    check_compatible(components, train, prefix)
     return ResolvedExperiment(variant=variant, config=cfg, train=train, components=components)
+
+
+def check_compatible(components: dict[str, Component], train: TrainConfig, prefix: str = "") -> None:
+    """Refuse seam combinations that would run but silently break an algorithm's invariants."""
+    algo, comp = components["algorithm"], components["compressor"]
+    kind = algo.cls.upload_kind(algo.cfg)
+    accepts = getattr(comp.cls, "accepts", None)
+    if accepts is not None and kind not in accepts:
+        reg = seam_registries()["compressor"]
+        ok = [n for n in reg.names() if getattr(reg.get(n), "accepts", None) is None or kind in reg.get(n).accepts]
+        raise ConfigError(f"{prefix}compressor.name", comp.name,
+                          f"cannot encode {algo.name}'s uploads ({kind}); use one of: {', '.join(ok)}")
+    if getattr(algo.cls, "requires_plain_sgd", False):
+        for key, value, plain in (("momentum", train.momentum, 0.0), ("weight_decay", train.weight_decay, 0.0),
+                                  ("grad_clip", train.grad_clip, None)):
+            if value != plain:
+                raise ConfigError(f"{prefix}train.{key}", value,
+                                  f"{algo.name} recovers gradients from plain local SGD: set {key} to {plain}")
 
 
 def load_experiment(path: str | Path, overrides: list[str] | None = None) -> list[ResolvedExperiment]:

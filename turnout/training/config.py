@@ -17,6 +17,8 @@ class LRSchedule(StrictModel):
     gamma: float = Field(0.5, gt=0.0, le=1.0, description="decay factor (step: per step_size rounds; exponential: per round)")
     step_size: int = Field(50, ge=1, description="rounds between decays for 'step'")
     min_lr: float = Field(0.0, ge=0.0, description="floor of 'cosine'")
+    sqrt_scale: float = Field(1.0, gt=0.0, description="inverse_sqrt: lr / sqrt(round / sqrt_scale + 1) "
+                                                     "(FedSUM's seed uses 10)")
 
     def lr(self, base: float, round: int, total_rounds: int) -> float:
         if self.name == "constant":
@@ -28,7 +30,7 @@ class LRSchedule(StrictModel):
         if self.name == "cosine":
             frac = round / max(1, total_rounds - 1)
             return self.min_lr + 0.5 * (base - self.min_lr) * (1.0 + math.cos(math.pi * frac))
-        return base / math.sqrt(round + 1)  # inverse_sqrt
+        return base / math.sqrt(round / self.sqrt_scale + 1)  # inverse_sqrt
 
 
 class TrainConfig(StrictModel):

@@ -1,0 +1,55 @@
+"""MIFA (Gu et al., NeurIPS 2021) as coded in ``IBM/fedau`` ``main.py`` (spec §2): average the latest update of every client.
+
+The server keeps one memory ``G_i`` per client (initially 0, in the client-state store under
+``mifa/G_i``). Each round, ``G_i ← Δ_i`` (the raw model delta) for every client that reported, and
+the server applies
+
+    x ← x + η_g · (1/N) Σ_{i=1}^{N} G_i
+
+**every** round — also when nobody reported, in which case it re-applies the stored memories.
+``Σ_i G_i`` is kept as a running float64 sum, so a round costs O(reports · dim), not O(N · dim).
+
+Choices: updates are stored raw, as the code does (the paper's lr-normalised memory is not used,
+spec [AMBIG] "MIFA note"); the objective weights are equal (1/N) and the selector's weights are
+ignored, as in the FedAU/FedAWE code bases. Under full participation this is FedAvg with equal
+weights.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..world.state_store import ClientStateStore
+from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
+from .fedavg import ServerLRConfig
+
+SLOT = "mifa/G_i"
+
+
+class MIFAConfig(ServerLRConfig):
+    pass
+
+
+@ALGORITHMS.register("mifa")
+class MIFA(Algorithm):
+    """MIFA: the server averages every client's latest update (zeros until it first reports), every round."""
+
+    Config = MIFAConfig
+
+    def __init__(self, cfg: MIFAConfig, ctx: AlgorithmContext):
+        super().__init__(cfg, ctx)
+        self.store = ctx.store if ctx.store is not None else ClientStateStore(ctx.dim, ctx.num_clients, 1 << 62)
+        self.num_clients = int(ctx.num_clients)
+        self.memory_sum = torch.zeros(int(ctx.dim), dtype=torch.float64)  # Σ_i G_i
+
+    def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
+        if len(reports):
+            u = reports.updates
+            old = self.store.get(SLOT, reports.clients)
+            self.memory_sum += (u - old).sum(0).double()
+            self.store.put(SLOT, reports.clients, u)
+        d = (self.memory_sum / self.num_clients).to(global_params.dtype)
+        return global_params + self.cfg.server_lr_at(round) * d
+
+    def state_dict(self) -> dict[str, object]:
+        return {"memory_sum": self.memory_sum.clone()}
