@@ -114,3 +114,17 @@ def test_list_shows_every_seam(capsys):
                  "char_lstm", "fedavg", "uniform", "always", "homogeneous", "wait_all", "none", "sequential",
                  "csv", "dirichlet"):
         assert f"  {name} " in text
+
+
+def test_list_seam_shows_component_options(capsys):
+    assert main(["list", "compressor.gluefl"]) == 0
+    text = capsys.readouterr().out
+    assert "  gluefl " in text and "  stc " not in text
+    for option in ("regenerate_every = 10", "error_compensation = 'rescaled'", "shared_ratio = 0.16"):
+        assert option in text  # GlueFL's ablation switches with their defaults
+    assert main(["list", "selector"]) == 0
+    text = capsys.readouterr().out
+    assert "  sticky " in text and "sticky_size = None" in text and "  uniform " in text
+    assert main(["list", "compressor.nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nope" in err[0] and "gluefl" in err[0]

@@ -30,7 +30,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="override a config value, e.g. --set selector.clients_per_round=20 (repeatable)")
     run.add_argument("--out", type=Path, default=None, help="run folder (default: runs/<name>-<timestamp>)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
-    sub.add_parser("list", help="list every registered component per seam")
+    ls = sub.add_parser("list", help="list every registered component per seam (with a seam: their options)")
+    ls.add_argument("seam", nargs="?", default=None,
+                    help="show the options of this seam's components (e.g. compressor, selector.sticky)")
     _add_trace_parser(sub)
     _add_plot_parser(sub)
     return p
@@ -150,17 +152,32 @@ def _periods(period_s) -> str:
     return f"{lo:g} s" if lo == hi else f"{lo:g}-{hi:g} s"
 
 
-def cmd_list() -> int:
+def cmd_list(seam: str | None = None) -> int:
     from .config.loader import seam_registries
     from .data.registry import PARTITIONERS
+    from .errors import ConfigError
     from .registry import describe
 
     regs = dict(seam_registries())
     regs["data.partition"] = PARTITIONERS
-    for seam, reg in regs.items():
-        print(f"{seam}  ({reg.doc})")
+    only = None
+    if seam is not None:
+        seam, _, only = seam.partition(".") if seam not in regs else (seam, "", "")
+        if seam not in regs:
+            raise ConfigError("list SEAM", seam, f"choose one of: {', '.join(regs)}")
+        if only:
+            regs[seam].get(only, "list SEAM")  # unknown component: one-line error naming the choices
+        regs = {seam: regs[seam]}
+    for name_of_seam, reg in regs.items():
+        print(f"{name_of_seam}  ({reg.doc})")
         for name, cls in reg:
+            if only and name != only:
+                continue
             print(f"  {name:<22} {describe(cls)}")
+            if seam is not None:
+                for key, field in getattr(cls, "Config").model_fields.items():
+                    default = field.default if not field.is_required() else "(required)"
+                    print(f"      {key} = {default!r}: {field.description or ''}".rstrip(": "))
     return 0
 
 
@@ -191,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "list":
-            return cmd_list()
+            return cmd_list(args.seam)
         if args.command == "trace":
             return cmd_trace(args)
         if args.command == "plot":

@@ -213,9 +213,9 @@ def test_experiment_config_validates():
 
     path = Path(__file__).resolve().parents[2] / "experiments" / "gluefl_bytes.yaml"
     exps = load_experiment(path)
-    assert [e.variant for e in exps] == ["fedavg", "stc", "gluefl"]
-    assert [e["compressor"].name for e in exps] == ["none", "stc", "gluefl"]
-    assert exps[2]["selector"].name == "sticky"
+    assert [e.variant for e in exps] == ["fedavg", "stc", "gluefl", "gluefl_c5"]
+    assert [e["compressor"].name for e in exps] == ["none", "stc", "gluefl", "gluefl"]
+    assert exps[2]["selector"].name == "sticky" and exps[2]["selector"].cfg.sticky_per_round == 8
 
 
 @pytest.mark.parametrize("algorithm,compressor,ok", [

@@ -35,6 +35,12 @@ class AlgorithmContext:
     store: ClientStateStore | None = None  # per-client model-sized state (control variates, memories)
     train: TrainConfig | None = None  # the clients' local-training settings (rules that invert SGD read them)
 
+    def state_store(self) -> ClientStateStore:
+        """The engine's store, or an unbudgeted in-RAM one when an algorithm is built on its own (tests)."""
+        if self.store is None:
+            self.store = ClientStateStore(self.dim, self.num_clients, 1 << 62)
+        return self.store
+
 
 @dataclass
 class Reports:

@@ -36,7 +36,6 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from ..world.state_store import ClientStateStore
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import ServerLRConfig
 
@@ -56,7 +55,7 @@ class FedAWE(Algorithm):
 
     def __init__(self, cfg: FedAWEConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
-        self.store = ctx.store if ctx.store is not None else ClientStateStore(ctx.dim, ctx.num_clients, 1 << 62)
+        self.store = ctx.state_store()
         self.num_clients = int(ctx.num_clients)
         self.echo = np.ones(self.num_clients, dtype=np.int64)  # e_i
         self.x0: torch.Tensor | None = None  # the initial model: every copy not yet written

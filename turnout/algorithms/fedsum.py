@@ -58,7 +58,6 @@ import torch
 from pydantic import Field
 
 from ..training.local_sgd import GradHook, Params
-from ..world.state_store import ClientStateStore
 from .fedavg import ServerLRConfig
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 
@@ -109,7 +108,7 @@ class _SUM(Algorithm):
         else:
             total = float(np.sum(ctx.n_train))
             self.p = np.asarray(ctx.n_train, np.float64) / total if total > 0 else np.full(n, 1.0 / n)
-        self.store = ctx.store if ctx.store is not None else ClientStateStore(ctx.dim, n, 1 << 62)
+        self.store = ctx.state_store()
         self.y = torch.zeros(ctx.dim)
         self.gammas: list[float] = []  # γ_s applied by the server in round s
         self.round = 0

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import torch
 
-from ..world.state_store import ClientStateStore
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import ServerLRConfig
+from .update_memory import UpdateMemory
 
 SLOT = "fedvarp/y_i"
 
@@ -38,19 +38,19 @@ class FedVARP(Algorithm):
 
     def __init__(self, cfg: FedVARPConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
-        self.store = ctx.store if ctx.store is not None else ClientStateStore(ctx.dim, ctx.num_clients, 1 << 62)
         self.num_clients = int(ctx.num_clients)
-        self.memory_sum = torch.zeros(int(ctx.dim), dtype=torch.float64)  # Σ_i y_i
+        self.memory = UpdateMemory(ctx.state_store(), SLOT, ctx.dim)  # y_i and Σ_i y_i
 
     def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
         if len(reports) == 0:
             return global_params
-        u = reports.updates
-        corr = (u - self.store.get(SLOT, reports.clients)).sum(0).double()
-        d = self.memory_sum / self.num_clients + corr / len(reports)
-        self.memory_sum += corr
-        self.store.put(SLOT, reports.clients, u)
+        before = self.memory.sum / self.num_clients  # the memory's mean before this round's reports
+        corr = self.memory.replace(reports.clients, reports.updates)
+        d = before + corr / len(reports)
         return global_params + self.cfg.server_lr_at(round) * d.to(global_params.dtype)
 
     def state_dict(self) -> dict[str, object]:
-        return {"memory_sum": self.memory_sum.clone()}
+        return {"memory_sum": self.memory.sum.clone()}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.memory.sum = state["memory_sum"].clone()

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import torch
 
-from ..world.state_store import ClientStateStore
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import ServerLRConfig
+from .update_memory import UpdateMemory
 
 SLOT = "mifa/G_i"
 
@@ -38,18 +38,17 @@ class MIFA(Algorithm):
 
     def __init__(self, cfg: MIFAConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
-        self.store = ctx.store if ctx.store is not None else ClientStateStore(ctx.dim, ctx.num_clients, 1 << 62)
         self.num_clients = int(ctx.num_clients)
-        self.memory_sum = torch.zeros(int(ctx.dim), dtype=torch.float64)  # Σ_i G_i
+        self.memory = UpdateMemory(ctx.state_store(), SLOT, ctx.dim)  # G_i and Σ_i G_i
 
     def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
         if len(reports):
-            u = reports.updates
-            old = self.store.get(SLOT, reports.clients)
-            self.memory_sum += (u - old).sum(0).double()
-            self.store.put(SLOT, reports.clients, u)
-        d = (self.memory_sum / self.num_clients).to(global_params.dtype)
+            self.memory.replace(reports.clients, reports.updates)
+        d = (self.memory.sum / self.num_clients).to(global_params.dtype)
         return global_params + self.cfg.server_lr_at(round) * d
 
     def state_dict(self) -> dict[str, object]:
-        return {"memory_sum": self.memory_sum.clone()}
+        return {"memory_sum": self.memory.sum.clone()}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.memory.sum = state["memory_sum"].clone()

@@ -38,8 +38,6 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from ..config.base import StrictModel
-from ..world.state_store import ClientStateStore
 from .fedavg import ServerLRConfig
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 
@@ -71,7 +69,7 @@ class SAFA(Algorithm):
         else:
             total = float(np.sum(ctx.n_train))
             self.p = np.asarray(ctx.n_train, np.float64) / total if total > 0 else np.full(n, 1.0 / n)
-        self.store = ctx.store if ctx.store is not None else ClientStateStore(ctx.dim, n, 1 << 62)
+        self.store = ctx.state_store()
         self.version = np.zeros(n, np.int64)  # round of the global model each cache entry is built on
         self.x0: torch.Tensor | None = None
         self.cache_sum: torch.Tensor | None = None  # Σ_k p_k m_k (float64)

@@ -40,7 +40,6 @@ import torch
 from pydantic import Field
 
 from ..training.local_sgd import GradHook, Params
-from ..world.state_store import ClientStateStore
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import ServerLRConfig
 from .fedprox import split_like
@@ -69,7 +68,7 @@ class Scaffold(Algorithm):
     def __init__(self, cfg: ScaffoldConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
         self.uplink_vectors = 2 if cfg.form == "original" else 1
-        self.store = ctx.store if ctx.store is not None else ClientStateStore(ctx.dim, ctx.num_clients, 1 << 62)
+        self.store = ctx.state_store()
         self.num_clients = int(ctx.num_clients)
         self.c = torch.zeros(int(ctx.dim), dtype=torch.float64)  # server control variate (accumulated in f64)
         self._steps: dict[int, int] = {}
