@@ -213,8 +213,9 @@ def test_experiment_config_validates():
 
     path = Path(__file__).resolve().parents[2] / "experiments" / "gluefl_bytes.yaml"
     exps = load_experiment(path)
-    assert [e.variant for e in exps] == ["fedavg", "stc", "gluefl", "gluefl_c5"]
-    assert [e["compressor"].name for e in exps] == ["none", "stc", "gluefl", "gluefl"]
+    assert [e.variant for e in exps] == ["fedavg", "stc", "gluefl", "gluefl_c5", "gluefl_equal"]
+    assert [e["compressor"].name for e in exps] == ["none", "stc", "gluefl", "gluefl", "gluefl"]
+    assert exps[4]["selector"].cfg.weights == "equal"
     assert exps[2]["selector"].name == "sticky" and exps[2]["selector"].cfg.sticky_per_round == 8
 
 

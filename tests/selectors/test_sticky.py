@@ -182,6 +182,23 @@ def test_uniform_with_unbiased_weighting_is_unbiased():
 
 
 # -- weights, split, rebalancing ------------------------------------------------------------------
+def test_equal_weights_give_every_report_one_kth():
+    """GlueFL (Equal), the paper's Fig. 5 ablation: ν = 1/K for sticky and non-sticky alike (biased)."""
+    n, k, s_, c = 200, 10, 40, 8
+    w = world(n)
+    eq = sticky(w, clients_per_round=k, sticky_size=s_, sticky_per_round=c, weights="equal")
+    paper = sticky(w, clients_per_round=k, sticky_size=s_, sticky_per_round=c)
+    for r in range(5):
+        a, b = eq.select(ctx(w, r, launch=k)), paper.select(ctx(w, r, launch=k))
+        np.testing.assert_array_equal(a.clients, b.clients)  # same sampling, only the weights differ
+        np.testing.assert_allclose(a.weights, 1.0 / k)
+        if r > 0:
+            assert eq.last_sticky.sum() == c
+            np.testing.assert_allclose(b.weights[~paper.last_sticky], (n - s_) / (k - c) / n)
+        eq.observe(feedback(r, a.clients))
+        paper.observe(feedback(r, b.clients))
+
+
 def test_weights_are_the_papers_nu_s_and_nu_r():
     n, k, s, c = 200, 10, 40, 8
     w = world(n)

@@ -125,9 +125,10 @@ class StickySelector(Selector):
             description="share of the over-commitment extras drawn from outside the sticky group (GlueFL "
                         "overcommit_weight; 0.4 in every shipped config, 0.9 is App. F's best '10%' strategy); "
                         "unset: split in proportion C : K − C (the paper's default, the code's −1)")
-        weights: Literal["paper", "code"] = Field(
+        weights: Literal["paper", "code", "equal"] = Field(
             "paper", description="paper: ν_s = (S/C_act)p_i, ν_r = ((N−S)/R_act)p_i with the actual counts; code: "
-                                 "ν_s = p_i·S/(K_run − (K−C)), ν_r = p_i·(N−S)/(K−C)")
+                                 "ν_s = p_i·S/(K_run − (K−C)), ν_r = p_i·(N−S)/(K−C); equal: the biased "
+                                 "'GlueFL (Equal)' of the paper's Fig. 5, ν_i = N·p_i/K_run (1/K_run with equal p_i)")
         rebalance: Literal["paper", "code"] = Field(
             "paper", description="which members make room for promoted clients: paper — the group minus this "
                                  "round's sticky participants (S∖C); code — the whole group")
@@ -241,7 +242,7 @@ class StickySelector(Selector):
     def _weights(self, launched: _Launched, c_run: int, r_run: int, k_run: int) -> np.ndarray:
         """ν_i for every launched client given the numbers of sticky / non-sticky / all reports."""
         p, s, n = launched.p, launched.group_size, self.num_clients
-        if launched.init:
+        if launched.init or self.cfg.weights == "equal":
             return p * n / max(k_run, 1)
         if self.cfg.weights == "paper":
             nu_s = s / max(c_run, 1)
