@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .errors import TurnoutError
+from .errors import ConfigError, TurnoutError
 
 EXIT_USAGE = 2
 
@@ -33,9 +33,40 @@ def _parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="list every registered component per seam (with a seam: their options)")
     ls.add_argument("seam", nargs="?", default=None,
                     help="show the options of this seam's components (e.g. compressor, selector.sticky)")
+    rep = sub.add_parser("report", help="a markdown results page (tables + curves) from finished run folders")
+    rep.add_argument("folders", nargs="+", type=Path, help="run folders; each becomes a column, named by its folder")
+    rep.add_argument("--out", type=Path, required=True, help="markdown file to write (plot goes in OUT_STEM/)")
+    rep.add_argument("--metric", dest="metrics", action="append", default=None,
+                     help="summary column to tabulate (repeatable; default: best_loss and final_accuracy)")
+    rep.add_argument("--title", default="Results", help="page title")
+    rep.add_argument("--command", dest="regen_command", default=None, help="the command that regenerates the page (printed on it)")
+    rep.add_argument("--elapsed-s", type=float, default=None, help="wall-clock seconds the runs took")
+    rep.add_argument("--notes", type=Path, default=None, help="a markdown file inserted above the tables")
+    rep.add_argument("--percent-of", default=None, metavar="VARIANT",
+                     help="also show byte metrics as a percentage of this variant's (e.g. the full-upload baseline)")
+    rep.add_argument("--curve", default="loss", help="rounds.csv column plotted against rounds ('' for none)")
     _add_trace_parser(sub)
     _add_plot_parser(sub)
     return p
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .experiment import SUMMARY_KEYS
+    from .report import write_report
+
+    metrics = args.metrics or ["best_loss", "final_accuracy"]
+    for m in metrics:
+        if m not in SUMMARY_KEYS:
+            raise ConfigError("--metric", m, f"choose from: {', '.join(SUMMARY_KEYS)}")
+    notes = None
+    if args.notes is not None:
+        if not args.notes.is_file():
+            raise ConfigError("--notes", str(args.notes), "no such file")
+        notes = args.notes.read_text()
+    out = write_report(args.folders, args.out, metrics, args.title, args.regen_command, args.elapsed_s,
+                       args.curve or None, notes, args.percent_of)
+    print(f"wrote {out}")
+    return 0
 
 
 def _add_trace_parser(sub) -> None:
@@ -75,7 +106,6 @@ def _add_plot_parser(sub) -> None:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     from .config.loader import load_experiment
-    from .errors import ConfigError
     from .experiment import prepare
     from .plots import availability_gallery
 
@@ -209,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "list":
             return cmd_list(args.seam)
+        if args.command == "report":
+            return cmd_report(args)
         if args.command == "trace":
             return cmd_trace(args)
         if args.command == "plot":

@@ -42,7 +42,7 @@ from .errors import ConfigError, DataError
 from .plots import plot_accuracy
 from .recorders.base import rows_to_columns
 
-SUMMARY_KEYS = ("final_accuracy", "best_accuracy", "final_loss", "rounds_to_target", "sim_time_to_target_s",
+SUMMARY_KEYS = ("final_accuracy", "best_accuracy", "tail_accuracy", "tail_accuracy_std", "final_loss", "best_loss", "rounds_to_target", "sim_time_to_target_s",
                 "bytes_down_to_target", "bytes_up_to_target", "bytes_up", "bytes_down", "sim_time_s",
                 "resource_s", "wasted_s", "tau_max", "tau_avg", "selection_count_var", "centralized_accuracy",
                 "wall_s")
@@ -141,6 +141,12 @@ def summarize(res: RunResult, target: float | None) -> dict:
         "final_accuracy": float(acc[evaluated[-1]]) if len(evaluated) else math.nan,
         "best_accuracy": float(np.nanmax(acc)) if len(evaluated) else math.nan,
         "final_loss": float(rows[evaluated[-1]]["loss"]) if len(evaluated) else math.nan,
+        # Adaptive-OU's Table 3 metric: accuracy over the last quarter of the evaluations, mean and std over rounds
+        "tail_accuracy": float(np.mean(acc[evaluated[-max(1, len(evaluated) // 4):]])) if len(evaluated) else math.nan,
+        "tail_accuracy_std": float(np.std(acc[evaluated[-max(1, len(evaluated) // 4):]])) if len(evaluated)
+        else math.nan,
+        # FedGS's Table 2 metric: the lowest server test loss over the evaluations ("optimal testing loss")
+        "best_loss": float(np.nanmin([rows[i]["loss"] for i in evaluated])) if len(evaluated) else math.nan,
         "bytes_up": int(last["cum_bytes_up"]), "bytes_down": int(last["cum_bytes_down"]),
         "sim_time_s": float(last["sim_time_s"]), "resource_s": float(last["cum_resource_s"]),
         "wasted_s": float(last["cum_wasted_s"]),

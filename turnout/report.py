@@ -1,0 +1,145 @@
+"""Results pages: one markdown table per metric across run folders, plus curves, from finished runs.
+
+A reproduction runs the same variants in several settings (availability modes, partitions), one
+run folder each; the page puts the settings side by side (columns) for every variant (rows), as
+the seed papers' tables do, with mean ± std over seeds and the best entry of each column in bold.
+Everything is read back from the run folders' ``summary.json`` and ``rounds.csv``, so a page can be
+rebuilt without re-running anything.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .errors import DataError
+
+#: which way is better, for bolding the best entry of a column
+LOWER_IS_BETTER = {"best_loss", "final_loss", "bytes_up", "bytes_down", "bytes_down_to_target", "bytes_up_to_target",
+                   "rounds_to_target", "sim_time_to_target_s", "sim_time_s", "resource_s", "wasted_s", "tau_max",
+                   "tau_avg", "selection_count_var", "never_selected"}
+
+
+def load_runs(folder: Path) -> dict:
+    """``summary.json`` of a finished run folder (a missing or unfinished folder is a one-line error)."""
+    path = Path(folder) / "summary.json"
+    if not path.is_file():
+        raise DataError(f"{folder}: not a finished run folder (no summary.json); run `turnout run` first")
+    return json.loads(path.read_text())
+
+
+def _stats(runs: list[dict], variant: str, metric: str) -> tuple[float, float, int]:
+    vals = np.array([r.get(metric, math.nan) if r.get(metric) is not None else math.nan
+                     for r in runs if r["variant"] == variant], dtype=float)
+    ok = vals[~np.isnan(vals)]
+    if len(ok) == 0:
+        return math.nan, math.nan, 0
+    return float(ok.mean()), float(ok.std()), len(ok)
+
+
+def _fmt(mean: float, std: float, n: int, total: int) -> str:
+    if n == 0:
+        return "—"
+    mag = max(abs(mean), 1e-12)
+    digits = 3 if mag < 10 else (1 if mag < 1000 else 0)
+    if mag >= 1e5:
+        text = f"{mean:.3g} ± {std:.2g}"
+    else:
+        text = f"{mean:.{digits}f} ± {std:.{digits}f}"
+    return text + (f" ({n}/{total})" if n < total else "")
+
+
+def metric_table(summaries: dict[str, dict], metric: str, percent_of: str | None = None) -> str:
+    """Markdown table: variants × settings of ``metric`` (mean ± std over seeds; best per column in bold).
+
+    With ``percent_of``, byte metrics are shown as a percentage of that variant's mean in the same column
+    (Adaptive-OU's "communication used").
+    """
+    settings = list(summaries)
+    variants = list(dict.fromkeys(r["variant"] for s in summaries.values() for r in s["runs"]))
+    lower = metric in LOWER_IS_BETTER
+    cells: dict[tuple[str, str], str] = {}
+    for col in settings:
+        runs = summaries[col]["runs"]
+        seeds = len({r["seed"] for r in runs})
+        means = {v: _stats(runs, v, metric) for v in variants}
+        finite = [m for m, _, n in means.values() if n]
+        best = (min(finite) if lower else max(finite)) if finite else None
+        ref = means.get(percent_of, (math.nan, 0, 0))[0] if percent_of and metric.startswith("bytes") else None
+        for v, (m, sd, n) in means.items():
+            text = _fmt(m, sd, n, seeds)
+            if ref is not None and ref > 0 and n:
+                text += f" ({100 * m / ref:.0f} %)"
+            cells[(v, col)] = f"**{text}**" if n and best is not None and m == best else text
+    head = "| method | " + " | ".join(settings) + " |\n|---|" + "---|" * len(settings) + "\n"
+    return head + "".join("| " + v + " | " + " | ".join(cells[(v, c)] for c in settings) + " |\n" for v in variants)
+
+
+def _mean_curve(folder: Path, variant: str, column: str) -> tuple[np.ndarray, np.ndarray]:
+    per_round: dict[int, list[float]] = {}
+    with open(folder / "rounds.csv", newline="") as fh:
+        for row in csv.DictReader(fh):
+            if row["variant"] != variant or row[column] in ("", "nan"):
+                continue
+            per_round.setdefault(int(row["round"]) + 1, []).append(float(row[column]))
+    x = np.array(sorted(per_round))
+    return x, np.array([np.mean(per_round[i]) for i in x])
+
+
+def plot_curves(folders: dict[str, Path], column: str, out: Path) -> Path:
+    """One panel per setting: ``column`` (mean over seeds) against the round, one line per variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(folders)
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False)
+    for ax, (name, folder) in zip(axes[0], folders.items()):
+        variants = list(dict.fromkeys(r["variant"] for r in load_runs(folder)["runs"]))
+        for v in variants:
+            x, y = _mean_curve(folder, v, column)
+            ax.plot(x, y, lw=1.1, label=v)
+        ax.set_title(name)
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(f"server test {column} (mean over seeds)")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def write_report(folders: list[Path], out: Path, metrics: list[str], title: str, command: str | None = None,
+                 elapsed_s: float | None = None, curve: str | None = "loss", notes: str | None = None,
+                 percent_of: str | None = None) -> Path:
+    """Write the markdown page ``out`` (and its plot beside it) for the run ``folders``."""
+    summaries = {Path(f).name: load_runs(Path(f)) for f in folders}
+    first = next(iter(summaries.values()))
+    seeds = sorted({r["seed"] for s in summaries.values() for r in s["runs"]})
+    cpu_s = sum(r.get("wall_s", 0.0) for s in summaries.values() for r in s["runs"])
+    lines = [f"# {title}", ""]
+    if command:
+        lines += ["Regenerate (from a clean clone, after the README's set-up):", "", "```", command, "```", ""]
+    v = first.get("versions", {})
+    lines += [f"turnout {v.get('turnout', '?')}, torch {v.get('torch', '?')}, numpy {v.get('numpy', '?')}, "
+              f"python {v.get('python', '?')}; seeds {', '.join(map(str, seeds))}; "
+              + (f"wall-clock {elapsed_s / 60:.1f} min for the whole page on this machine; " if elapsed_s else "")
+              + f"{cpu_s / 60:.1f} min summed over the runs.", ""]
+    if notes:
+        lines += [notes.strip(), ""]
+    for m in metrics:
+        lines += [f"## {m} ({'lower' if m in LOWER_IS_BETTER else 'higher'} is better; mean ± std over seeds)", "",
+                  metric_table(summaries, m, percent_of), ""]
+    if curve:
+        img = plot_curves({Path(f).name: Path(f) for f in folders}, curve, out.with_suffix("") / f"{curve}.png")
+        lines += [f"## Server test {curve} against rounds", "", f"![]({out.stem}/{img.name})", ""]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines))
+    return out
