@@ -35,6 +35,14 @@ class AlgorithmContext:
     store: ClientStateStore | None = None  # per-client model-sized state (control variates, memories)
     train: TrainConfig | None = None  # the clients' local-training settings (rules that invert SGD read them)
 
+    def client_shares(self, uniform: bool) -> np.ndarray:
+        """p_i over all N clients: 1/N, or n_i / Σ n (1/N when no client holds data)."""
+        n = self.num_clients
+        total = float(np.sum(self.n_train))
+        if uniform or total <= 0:
+            return np.full(n, 1.0 / n)
+        return np.asarray(self.n_train, np.float64) / total
+
     def state_store(self) -> ClientStateStore:
         """The engine's store, or an unbudgeted in-RAM one when an algorithm is built on its own (tests)."""
         if self.store is None:

@@ -102,12 +102,7 @@ class _SUM(Algorithm):
 
     def __init__(self, cfg: FedSUMBConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
-        n = ctx.num_clients
-        if cfg.weighting == "uniform":
-            self.p = np.full(n, 1.0 / n)
-        else:
-            total = float(np.sum(ctx.n_train))
-            self.p = np.asarray(ctx.n_train, np.float64) / total if total > 0 else np.full(n, 1.0 / n)
+        self.p = ctx.client_shares(uniform=cfg.weighting == "uniform")
         self.store = ctx.state_store()
         self.y = torch.zeros(ctx.dim)
         self.gammas: list[float] = []  # γ_s applied by the server in round s

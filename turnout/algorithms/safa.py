@@ -64,11 +64,7 @@ class SAFA(Algorithm):
         super().__init__(cfg, ctx)
         self.max_staleness = int(cfg.max_staleness)
         n = ctx.num_clients
-        if cfg.cache_weighting == "uniform":
-            self.p = np.full(n, 1.0 / n)
-        else:
-            total = float(np.sum(ctx.n_train))
-            self.p = np.asarray(ctx.n_train, np.float64) / total if total > 0 else np.full(n, 1.0 / n)
+        self.p = ctx.client_shares(uniform=cfg.cache_weighting == "uniform")
         self.store = ctx.state_store()
         self.version = np.zeros(n, np.int64)  # round of the global model each cache entry is built on
         self.x0: torch.Tensor | None = None
