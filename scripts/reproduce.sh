@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate a seed paper's results page: bash scripts/reproduce.sh SEED
-# (SEED: fedgs, fedsum, adaptive_ou, refl, gluefl)
+# (SEED: fedgs, fedgs_fmnist, fedsum, adaptive_ou, refl, gluefl)
 # Runs experiments/SEED/ in every setting of that paper's table (two settings at a time on two
 # cores; results do not depend on that), then writes docs/results/SEED.md from the run folders.
 # Run the README's set-up command first (it creates .venv).
@@ -12,6 +12,7 @@ turnout=".venv/bin/turnout"
 [ -x "$turnout" ] || turnout="turnout"
 out="runs/reproduce/$seed"
 start=$(date +%s)
+extra=()
 
 run_settings() {  # "name|config|--set value|--set value" per setting, run $jobs at a time
   rm -rf "$out"; mkdir -p "$out"
@@ -34,7 +35,17 @@ case "$seed" in
       "MDF-0.7|experiments/fedgs/synthetic.yaml|availability={name: mdf, beta: 0.7}"
     folders=("$out/IDL" "$out/LN-0.5" "$out/SLN-0.5" "$out/LDF-0.7" "$out/MDF-0.7")
     metrics=(--metric best_loss --metric final_accuracy --metric selection_count_var)
+    extra=(--counts LN-0.5)
     title="FedGS Table 2 (Synthetic(0.5, 0.5)) at laptop scale" ;;
+  fedgs_fmnist)
+    run_settings \
+      "IDL|experiments/fedgs/fashion_mnist.yaml|availability={name: idl}" \
+      "YMF-0.9|experiments/fedgs/fashion_mnist.yaml|availability={name: ymf, beta: 0.9}" \
+      "YC-0.9|experiments/fedgs/fashion_mnist.yaml|availability={name: yc, beta: 0.9}"
+    folders=("$out/IDL" "$out/YMF-0.9" "$out/YC-0.9")
+    metrics=(--metric best_loss --metric final_accuracy --metric selection_count_var)
+    extra=(--counts YMF-0.9)
+    title="FedGS Table 2 / Figs. 4-5 (Fashion-MNIST, two labels per client) at laptop scale" ;;
   fedsum)
     run_settings \
       "P1-m10|experiments/fedsum/digits.yaml|availability={name: p1_uniform, m: 10}" \
@@ -68,14 +79,14 @@ case "$seed" in
   gluefl)
     run_settings "main|experiments/gluefl/main.yaml|" "ablations|experiments/gluefl/ablations.yaml|"
     folders=("$out/main" "$out/ablations")
-    metrics=(--metric bytes_down_to_target --metric bytes_up_to_target --metric sim_time_to_target_s
-             --metric rounds_to_target --metric final_accuracy)
+    metrics=(--metric bytes_down_to_target --metric bytes_up_to_target --metric download_time_to_target_s
+             --metric sim_time_to_target_s --metric rounds_to_target --metric final_accuracy)
     curve=accuracy
     title="GlueFL Table 2 / Fig. 5 / App. E (Fashion-MNIST, 1,000 clients) at laptop scale" ;;
   *)
-    echo "usage: bash scripts/reproduce.sh fedgs|fedsum|adaptive_ou|refl|gluefl" >&2; exit 2 ;;
+    echo "usage: bash scripts/reproduce.sh fedgs|fedgs_fmnist|fedsum|adaptive_ou|refl|gluefl" >&2; exit 2 ;;
 esac
 
 "$turnout" report "${folders[@]}" --out "docs/results/$seed.md" "${metrics[@]}" --title "$title" --curve "${curve:-loss}" \
   --command "bash scripts/reproduce.sh $seed" --elapsed-s "$(( $(date +%s) - start ))" \
-  --notes "docs/results/notes/$seed.md"
+  --notes "docs/results/notes/$seed.md" "${extra[@]}"

@@ -208,3 +208,17 @@ def test_non_finite_or_misshapen_reports_are_rejected_and_model_stays_finite():
     assert res.rounds[1]["n_rejected"] == 0
     assert torch.isfinite(sim.params).all() and np.isfinite(res.rounds[-1]["loss"])
     assert res.rounds[0]["wasted_s"] > 0  # the rejected clients' work never reached the model
+
+
+def test_download_time_is_the_critical_clients_download():
+    """GlueFL's DT: per round, the download seconds of the last on-time report; summed to the target."""
+    from turnout.experiment import _cumulate, summarize
+    sim, res = simulate(TINY)
+    _cumulate(res.rounds)  # what the experiment runner does before writing rounds.csv
+    dim = 60 * 10 + 10
+    for row in res.rounds:  # homogeneous devices, dense model: every client downloads 4·dim bytes at 100 kB/s
+        assert row["download_s"] == pytest.approx(4 * dim / 100e3)
+        assert row["cum_download_s"] == pytest.approx((row["round"] + 1) * 4 * dim / 100e3)
+    s = summarize(res, target=0.0)
+    assert s["download_time_to_target_s"] == pytest.approx(4 * dim / 100e3)
+    assert s["download_time_s"] == pytest.approx(3 * 4 * dim / 100e3)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from turnout.config.loader import load_experiment
+from turnout.config.loader import expand, load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted((ROOT / "experiments").rglob("*.yaml"))
@@ -30,3 +30,24 @@ def settings_of_reproduce_script():
                          ids=[s[0] for s in settings_of_reproduce_script()])
 def test_reproduction_settings_validate(name, config, sets):
     assert load_experiment(ROOT / config, sets)
+
+
+def test_command_line_set_reaches_variants_that_swap_the_component():
+    """A --set on the command line applies to every variant, except where the variant sets the key itself."""
+    raw = {"name": "x", "rounds": 1, "data": {"name": "synthetic", "num_clients": 20},
+           "model": {"name": "logreg"}, "selector": {"name": "uniform", "clients_per_round": 5},
+           "round_mode": {"name": "sync"},
+           "variants": [{"name": "plain"},
+                        {"name": "poc", "set": {"selector.name": "power_of_choice"}},
+                        {"name": "md6", "set": {"selector": {"name": "md", "clients_per_round": 6}}},
+                        {"name": "dl", "set": {"round_mode": {"name": "deadline", "deadline_s": 5}}}]}
+    got = {e.variant: e for e in expand(raw, {"selector.clients_per_round": 8, "selector.weighting": "equal",
+                                              "round_mode": {"name": "deadline", "deadline_s": 9}})}
+    assert got["plain"].components["selector"].cfg.clients_per_round == 8
+    assert got["poc"].components["selector"].name == "power_of_choice"
+    assert got["poc"].components["selector"].cfg.clients_per_round == 8
+    assert got["poc"].components["selector"].cfg.weighting == "equal"
+    assert got["md6"].components["selector"].cfg.clients_per_round == 6  # the variant's own value wins
+    assert got["md6"].components["selector"].name == "md"  # md has no weighting option: not forced on it
+    assert got["plain"].components["round_mode"].cfg.deadline_s == 9
+    assert got["dl"].components["round_mode"].cfg.deadline_s == 5

@@ -62,3 +62,18 @@ def test_bytes_as_percent_of_a_baseline(tmp_path):
     runs = [{"variant": "full", "seed": 0, "bytes_up": 1000}, {"variant": "ou", "seed": 0, "bytes_up": 790}]
     table = metric_table({"N10": {"runs": runs}}, "bytes_up", percent_of="full")
     assert "790.0 ± 0.0 (79 %)" in table and "(100 %)" in table
+
+
+def test_selection_count_plot_from_clients_csv(tmp_path):
+    a = fake_run(tmp_path / "runs" / "YMF", {"uniform": [0.3, 0.3], "fedgs": [0.2, 0.2]})
+    rows = ["variant,seed,client,times_selected"] + [f"{v},{s},{c},{(c + s) if v == 'uniform' else 5}"
+                                                     for v in ("uniform", "fedgs") for s in (0, 1) for c in range(4)]
+    (a / "clients.csv").write_text("\n".join(rows) + "\n")
+    from turnout.report import _selection_counts
+    counts = _selection_counts(a)
+    assert counts["uniform"].tolist() == [0.5, 1.5, 2.5, 3.5] and counts["fedgs"].tolist() == [5.0] * 4
+    out = write_report([a], tmp_path / "docs" / "fedgs.md", ["best_loss"], "FedGS", curve=None, counts=["YMF"])
+    assert "![](fedgs/counts_YMF.png)" in out.read_text()
+    assert (tmp_path / "docs" / "fedgs" / "counts_YMF.png").stat().st_size > 1000
+    assert main(["report", str(a), "--out", str(tmp_path / "y.md"), "--counts", "IDL"]) == 2
+    assert not (tmp_path / "y.md").exists()

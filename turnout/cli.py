@@ -45,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--percent-of", default=None, metavar="VARIANT",
                      help="also show byte metrics as a percentage of this variant's (e.g. the full-upload baseline)")
     rep.add_argument("--curve", default="loss", help="rounds.csv column plotted against rounds ('' for none)")
+    rep.add_argument("--counts", action="append", default=None, metavar="SETTING",
+                     help="also draw per-client selection counts for this run folder's name (repeatable)")
     _add_trace_parser(sub)
     _add_plot_parser(sub)
     return p
@@ -64,7 +66,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise ConfigError("--notes", str(args.notes), "no such file")
         notes = args.notes.read_text()
     out = write_report(args.folders, args.out, metrics, args.title, args.regen_command, args.elapsed_s,
-                       args.curve or None, notes, args.percent_of)
+                       args.curve or None, notes, args.percent_of, args.counts)
     print(f"wrote {out}")
     return 0
 

@@ -176,6 +176,12 @@ class Simulation:
         # REFL's moving-average round duration: μ_t = (1 − α)·D_{t−1} + α·μ_{t−1}, α = 0.25 (spec §6.1).
         self.mean_round_s = duration if r == 0 else 0.75 * duration + 0.25 * self.mean_round_s
 
+        # GlueFL's download time (DT): the download part of the critical path, i.e. of the last on-time
+        # report the round waited for; Σ over rounds = time the run spent synchronising the model.
+        down_s = down / dev.down_bytes_per_s[clients]
+        critical = np.flatnonzero(agg)[np.argmax(finish[agg])] if agg.any() else None
+        download_s = float(down_s[critical]) if critical is not None else 0.0
+
         feedback = RoundFeedback(r, clients, agg, late, result.losses, result.samples, finish, close.busy_s,
                                  decoded, duration)
         weights = np.asarray(self.selector.settle_weights(cohort, feedback), dtype=np.float64)
@@ -231,7 +237,7 @@ class Simulation:
             "n_available": int(len(available)), "n_selected": k, "n_aggregated": len(reports),
             "n_stale": int(stale_ok.sum()), "n_late": int(late.sum()), "n_stale_dropped": int((~stale_ok).sum()),
             "n_dropped": int((finish > dropped_at).sum()), "n_rejected": int(rejected.sum()),
-            "resource_s": float(close.busy_s.sum()) + probe_busy, "wasted_s": float(wasted.sum()) + stale_wasted,
+            "download_s": download_s, "resource_s": float(close.busy_s.sum()) + probe_busy, "wasted_s": float(wasted.sum()) + stale_wasted,
             "tau": tau, "coords_changed": int(changed),
             **self.selector.round_metrics(), **self.algorithm.round_metrics(),
         }

@@ -42,8 +42,9 @@ from .errors import ConfigError, DataError
 from .plots import plot_accuracy
 from .recorders.base import rows_to_columns
 
-SUMMARY_KEYS = ("final_accuracy", "best_accuracy", "tail_accuracy", "tail_accuracy_std", "final_loss", "best_loss", "rounds_to_target", "sim_time_to_target_s",
-                "bytes_down_to_target", "bytes_up_to_target", "bytes_up", "bytes_down", "sim_time_s",
+SUMMARY_KEYS = ("final_accuracy", "best_accuracy", "tail_accuracy", "tail_accuracy_std", "final_loss", "best_loss",
+                "rounds_to_target", "sim_time_to_target_s", "download_time_to_target_s", "bytes_down_to_target",
+                "bytes_up_to_target", "bytes_up", "bytes_down", "sim_time_s", "download_time_s",
                 "resource_s", "wasted_s", "tau_max", "tau_avg", "selection_count_var", "centralized_accuracy",
                 "wall_s")
 
@@ -124,7 +125,7 @@ def _check_model_fits(exp: ResolvedExperiment, data: FederatedDataset, seed: int
 
 
 def _cumulate(rows: list[dict]) -> None:
-    totals = {"bytes_up": 0, "bytes_down": 0, "resource_s": 0.0, "wasted_s": 0.0}
+    totals = {"bytes_up": 0, "bytes_down": 0, "resource_s": 0.0, "wasted_s": 0.0, "download_s": 0.0}
     for row in rows:
         for k in totals:
             totals[k] += row[k]
@@ -150,7 +151,8 @@ def summarize(res: RunResult, target: float | None) -> dict:
         "bytes_up": int(last["cum_bytes_up"]), "bytes_down": int(last["cum_bytes_down"]),
         "sim_time_s": float(last["sim_time_s"]), "resource_s": float(last["cum_resource_s"]),
         "wasted_s": float(last["cum_wasted_s"]),
-        "rounds_to_target": math.nan, "sim_time_to_target_s": math.nan,
+        "download_time_s": float(last["cum_download_s"]),
+        "rounds_to_target": math.nan, "sim_time_to_target_s": math.nan, "download_time_to_target_s": math.nan,
         "bytes_down_to_target": math.nan, "bytes_up_to_target": math.nan,
     }
     if target is not None:
@@ -158,6 +160,7 @@ def summarize(res: RunResult, target: float | None) -> dict:
         if len(hit):
             row = rows[hit[0]]
             s.update(rounds_to_target=int(hit[0]) + 1, sim_time_to_target_s=float(row["sim_time_s"]),
+                     download_time_to_target_s=float(row["cum_download_s"]),
                      bytes_down_to_target=int(row["cum_bytes_down"]), bytes_up_to_target=int(row["cum_bytes_up"]))
     s.update(res.summary)
     return s

@@ -20,8 +20,9 @@ from .errors import DataError
 
 #: which way is better, for bolding the best entry of a column
 LOWER_IS_BETTER = {"best_loss", "final_loss", "bytes_up", "bytes_down", "bytes_down_to_target", "bytes_up_to_target",
-                   "rounds_to_target", "sim_time_to_target_s", "sim_time_s", "resource_s", "wasted_s", "tau_max",
-                   "tau_avg", "selection_count_var", "never_selected"}
+                   "rounds_to_target", "sim_time_to_target_s", "download_time_to_target_s", "download_time_s",
+                   "sim_time_s", "resource_s", "wasted_s", "tau_max", "tau_avg", "selection_count_var",
+                   "never_selected"}
 
 
 def load_runs(folder: Path) -> dict:
@@ -116,11 +117,58 @@ def plot_curves(folders: dict[str, Path], column: str, out: Path) -> Path:
     return out
 
 
+def _selection_counts(folder: Path) -> dict[str, np.ndarray]:
+    """Per variant: every client's ``times_selected``, averaged over seeds (from ``clients.csv``)."""
+    path = folder / "clients.csv"
+    if not path.is_file():
+        raise DataError(f"{folder}: no clients.csv; selection counts need a finished run folder")
+    acc: dict[str, dict[int, list[float]]] = {}
+    with open(path, newline="") as fh:
+        for row in csv.DictReader(fh):
+            acc.setdefault(row["variant"], {}).setdefault(int(row["client"]), []).append(float(row["times_selected"]))
+    return {v: np.array([np.mean(per[c]) for c in sorted(per)]) for v, per in acc.items()}
+
+
+def plot_selection_counts(folder: Path, out: Path) -> Path:
+    """FedGS Fig. 4: one bar chart per variant of how often each client was selected (mean over seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    counts = _selection_counts(folder)
+    n = len(counts)
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.0 * cols, 2.6 * rows), squeeze=False, sharey=True)
+    for ax, (v, c) in zip(axes.flat, counts.items()):
+        ax.bar(np.arange(len(c)), c, width=1.0)
+        ax.set_title(f"{v} (var {np.var(c):.1f})", fontsize=9)
+        ax.set_xlabel("client")
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    for r in range(rows):
+        axes[r][0].set_ylabel("times selected")
+    fig.suptitle(f"{folder.name}: selection counts per client (mean over seeds)", fontsize=10)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out
+
+
 def write_report(folders: list[Path], out: Path, metrics: list[str], title: str, command: str | None = None,
                  elapsed_s: float | None = None, curve: str | None = "loss", notes: str | None = None,
-                 percent_of: str | None = None) -> Path:
-    """Write the markdown page ``out`` (and its plot beside it) for the run ``folders``."""
+                 percent_of: str | None = None, counts: list[str] | None = None) -> Path:
+    """Write the markdown page ``out`` (and its plots beside it) for the run ``folders``.
+
+    ``counts`` names settings (folder names) whose per-client selection counts are drawn as well.
+    """
     summaries = {Path(f).name: load_runs(Path(f)) for f in folders}
+    by_name = {Path(f).name: Path(f) for f in folders}
+    for name in counts or []:
+        if name not in by_name:
+            raise DataError(f"--counts {name}: not one of the run folders ({', '.join(by_name)})")
     first = next(iter(summaries.values()))
     seeds = sorted({r["seed"] for s in summaries.values() for r in s["runs"]})
     cpu_s = sum(r.get("wall_s", 0.0) for s in summaries.values() for r in s["runs"])
@@ -140,6 +188,9 @@ def write_report(folders: list[Path], out: Path, metrics: list[str], title: str,
     if curve:
         img = plot_curves({Path(f).name: Path(f) for f in folders}, curve, out.with_suffix("") / f"{curve}.png")
         lines += [f"## Server test {curve} against rounds", "", f"![]({out.stem}/{img.name})", ""]
+    for name in counts or []:
+        img = plot_selection_counts(by_name[name], out.with_suffix("") / f"counts_{name}.png")
+        lines += [f"## Selection counts per client, {name}", "", f"![]({out.stem}/{img.name})", ""]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
     return out

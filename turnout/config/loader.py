@@ -171,6 +171,37 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> lis
     return expand(raw, dict(parse_override(o) for o in (overrides or [])))
 
 
+def _reapplied(overrides: dict[str, Any], variant_set: dict[str, Any], merged: dict[str, Any]) -> dict[str, Any]:
+    """The command-line overrides to apply again on top of a variant.
+
+    ``--set`` beats the file, variants included (``--set selector.clients_per_round=50`` must reach a
+    variant that swaps the selector, which clears the old selector's options), except where the
+    variant sets that key itself (or a key above or below it) and for options the variant's
+    replacement component does not have (``--set algorithm.mu=0.1`` tunes FedProx and leaves a
+    FedAvg variant alone).
+    """
+    touched = []  # dotted keys the variant sets; a mapping under a bare seam key counts per option
+    for key, value in variant_set.items():
+        if isinstance(value, dict) and "." not in str(key):
+            touched += [f"{key}.{sub}" for sub in value]
+        else:
+            touched.append(str(key))
+    registries = seam_registries()
+    out = {}
+    for key, value in overrides.items():
+        if any(key == t or key.startswith(t + ".") or t.startswith(key + ".") for t in touched):
+            continue
+        parts = key.split(".")
+        node = merged.get(parts[0])
+        if len(parts) == 2 and parts[0] in registries and isinstance(node, dict) and parts[1] != "name":
+            cls = registries[parts[0]].get(node.get("name")) if node.get("name") in registries[parts[0]].names() else None
+            fields = getattr(getattr(cls, "Config", None), "model_fields", None)
+            if fields is not None and parts[1] not in fields:
+                continue
+        out[key] = value
+    return out
+
+
 def expand(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -> list[ResolvedExperiment]:
     """Validate the base config and every variant; variants without a list mean one run named ``base``."""
     raw = apply_overrides(raw, overrides or {})
@@ -181,6 +212,7 @@ def expand(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -> list
     for v in base.config.variants:
         merged = apply_overrides({k: val for k, val in raw.items() if k != "variants"}, v.set,
                                  where=f"variants[{v.name}].")
+        merged = apply_overrides(merged, _reapplied(overrides or {}, v.set, merged))
         if "variants" in v.set or any(str(k).startswith("variants.") for k in v.set):
             raise ConfigError(f"variants[{v.name}].set", v.set, "a variant cannot define variants")
         out.append(resolve(merged, v.name, prefix=f"variants[{v.name}]."))
