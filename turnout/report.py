@@ -22,7 +22,7 @@ from .errors import DataError
 LOWER_IS_BETTER = {"best_loss", "final_loss", "bytes_up", "bytes_down", "bytes_down_to_target", "bytes_up_to_target",
                    "rounds_to_target", "sim_time_to_target_s", "download_time_to_target_s", "download_time_s",
                    "sim_time_s", "resource_s", "wasted_s", "tau_max", "tau_avg", "selection_count_var",
-                   "never_selected"}
+                   "never_selected", "tail_accuracy_std"}
 
 
 def load_runs(folder: Path) -> dict:
