@@ -92,25 +92,36 @@ def _mean_curve(folder: Path, variant: str, column: str) -> tuple[np.ndarray, np
 
 
 def plot_curves(folders: dict[str, Path], column: str, out: Path) -> Path:
-    """One panel per setting: ``column`` (mean over seeds) against the round, one line per variant."""
+    """One panel per setting: ``column`` (mean over seeds) against the round, one line per variant.
+
+    A variant keeps its colour in every panel, and one legend below the panels names them all (settings
+    may run different variants, e.g. FedSUM's Cases 1–4 beside P1–P3).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    per_setting = {name: list(dict.fromkeys(r["variant"] for r in load_runs(folder)["runs"]))
+                   for name, folder in folders.items()}
+    every = list(dict.fromkeys(v for vs in per_setting.values() for v in vs))
+    cmap = plt.get_cmap("tab10" if len(every) <= 10 else "tab20")
+    colour = {v: cmap(i % cmap.N) for i, v in enumerate(every)}
     n = len(folders)
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False)
+    lines = {}
     for ax, (name, folder) in zip(axes[0], folders.items()):
-        variants = list(dict.fromkeys(r["variant"] for r in load_runs(folder)["runs"]))
-        for v in variants:
+        for v in per_setting[name]:
             x, y = _mean_curve(folder, v, column)
-            ax.plot(x, y, lw=1.1, label=v)
+            lines[v], = ax.plot(x, y, lw=1.1, color=colour[v], label=v)
         ax.set_title(name)
         ax.set_xlabel("round")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(f"server test {column} (mean over seeds)")
-    axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
+    ncol = min(len(every), max(2, 2 * n))
+    fig.legend([lines[v] for v in every], every, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    rows = math.ceil(len(every) / ncol)
+    fig.tight_layout(rect=(0, 0.06 * rows + 0.02, 1, 1))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
     plt.close(fig)
