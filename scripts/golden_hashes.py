@@ -16,7 +16,9 @@ tiny synthetic problem, and hashes each run's ``rounds.csv`` and ``clients.csv``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import io
 import itertools
 import json
 import sys
@@ -131,7 +133,8 @@ def run_case(source: str | dict, overrides: list[str], work: Path) -> dict[str, 
     args = ["run", source, "--quiet", "--out", str(out)]
     for o in overrides:
         args += ["--set", o]
-    rc = main(args)
+    with contextlib.redirect_stdout(io.StringIO()):
+        rc = main(args)
     if rc != 0:
         raise SystemExit(f"turnout {' '.join(args)} exited {rc}")
     return {name: _sha(out / name) for name in ("rounds.csv", "clients.csv")}

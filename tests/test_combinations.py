@@ -14,9 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from turnout.config.loader import expand, seam_registries
-from turnout.engine import Simulation
-from turnout.experiment import prepare
+from turnout.composition import registries
 
 N, K = 24, 4
 #: options for components whose defaults do not fit a 24-client, 4-per-round world
@@ -29,11 +27,10 @@ OPTIONS = {
 BASE = {"name": "matrix", "rounds": 3, "data": {"name": "synthetic", "num_clients": N}, "model": {"name": "logreg"},
         "train": {"batch_size": 10, "local_steps": 1, "lr": 0.05}, "eval": {"every": 3},
         "output": {"progress": False}}
-_DATA = {}
 
 
 def names(seam):
-    return seam_registries()[seam].names()
+    return registries()[seam].names()
 
 
 def block(seam, name):
@@ -43,15 +40,17 @@ def block(seam, name):
     return {"name": name, **extra}
 
 
-def run_combo(**chosen):
+@pytest.fixture
+def run_combo(build_simulation, compute_speeds):
+    return lambda **chosen: _run_combo(build_simulation, compute_speeds, **chosen)
+
+
+def _run_combo(build_simulation, compute_speeds, **chosen):
     raw = dict(BASE)
     for seam, name in chosen.items():
         raw[seam] = block(seam, name)
-    exp = expand(raw)[0]
-    if "d" not in _DATA:
-        _DATA["d"] = prepare([exp]).dataset_for(exp, 0)
-    sim = Simulation(exp, _DATA["d"], 0)
-    sim.population.devices.compute_s_per_sample[:] = 0.002 * (1 + np.arange(N) % 5)  # heterogeneous speeds
+    heterogeneous = compute_speeds(lambda c: 0.002 * (1 + np.arange(len(c)) % 5))
+    sim = build_simulation(raw, components={"devices": heterogeneous})
     res = sim.run()
     last = res.rounds[-1]
     assert math.isfinite(last["loss"]), chosen
@@ -71,8 +70,8 @@ def pairs_availability_selector():
 
 
 def compatible(compressor, algorithm):
-    algo = seam_registries()["algorithm"].get(algorithm)
-    accepts = getattr(seam_registries()["compressor"].get(compressor), "accepts", None)
+    algo = registries()["algorithm"].get(algorithm)
+    accepts = getattr(registries()["compressor"].get(compressor), "accepts", None)
     return accepts is None or algo.upload_kind(algo.Config()) in accepts
 
 
@@ -99,17 +98,17 @@ def incompatible_pairs():
 
 
 @pytest.mark.parametrize("availability,selector", pairs_availability_selector())
-def test_availability_with_selector(availability, selector):
+def test_availability_with_selector(availability, selector, run_combo):
     run_combo(availability=availability, selector=selector)
 
 
 @pytest.mark.parametrize("round_mode,selector,compressor,algorithm", pairs_rest())
-def test_round_mode_selector_compressor_algorithm(round_mode, selector, compressor, algorithm):
+def test_round_mode_selector_compressor_algorithm(round_mode, selector, compressor, algorithm, run_combo):
     run_combo(round_mode=round_mode, selector=selector, compressor=compressor, algorithm=algorithm)
 
 
 @pytest.mark.parametrize("compressor,algorithm", incompatible_pairs())
-def test_incompatible_compressor_is_refused(compressor, algorithm):
+def test_incompatible_compressor_is_refused(compressor, algorithm, run_combo):
     from turnout.errors import ConfigError
 
     with pytest.raises(ConfigError) as e:
@@ -121,6 +120,6 @@ def test_incompatible_compressor_is_refused(compressor, algorithm):
 @pytest.mark.parametrize("availability,selector,round_mode,compressor,algorithm", [
     t for t in itertools.product(names("availability"), names("selector"), names("round_mode"), names("compressor"),
                                  names("algorithm")) if compatible(t[3], t[4])])
-def test_full_cross_product(availability, selector, round_mode, compressor, algorithm):
+def test_full_cross_product(availability, selector, round_mode, compressor, algorithm, run_combo):
     run_combo(availability=availability, selector=selector, round_mode=round_mode, compressor=compressor,
               algorithm=algorithm)

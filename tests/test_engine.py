@@ -4,11 +4,12 @@ import numpy as np
 import pytest
 import torch
 
-from turnout.algorithms.base import Reports
 from turnout.algorithms.fedavg import FedAvg, FedAvgConfig
-from turnout.config.loader import expand
-from turnout.engine import Simulation
-from turnout.experiment import prepare
+from turnout.availability.always import AlwaysAvailable
+from turnout.devices.base import DeviceModel
+from turnout.records import Reports, RoundClose
+from turnout.round_modes.base import RoundMode
+from turnout.world.population import DeviceProfiles
 
 TINY = {
     "name": "tiny", "seeds": [0], "rounds": 3,
@@ -22,14 +23,18 @@ TINY = {
 }
 
 
-def simulate(raw, seed=0):
-    exp = expand(raw)[0]
-    data = prepare([exp]).dataset_for(exp, seed)
-    sim = Simulation(exp, data, seed)
-    return sim, sim.run()
+class StepDevices(DeviceModel):
+    """Client i computes at 1 ms × (1 + i) per sample: one client per cohort is the slowest."""
+
+    def __init__(self):
+        pass
+
+    def profiles(self, num_clients, seed):
+        return DeviceProfiles(0.001 * (1 + np.arange(num_clients)), np.full(num_clients, 100e3),
+                              np.full(num_clients, 50e3))
 
 
-def test_bytes_and_seconds_are_exact_for_dense_fedavg():
+def test_bytes_and_seconds_are_exact_for_dense_fedavg(simulate):
     sim, res = simulate(TINY)
     dim = 60 * 10 + 10
     for row in res.rounds:
@@ -49,7 +54,7 @@ def test_bytes_and_seconds_are_exact_for_dense_fedavg():
     assert (pop.last_round[picked] >= 0).all() and (pop.last_round[pop.times_selected == 0] == -1).all()
 
 
-def test_full_participation_fedavg_equals_manual_weighted_average():
+def test_full_participation_fedavg_equals_manual_weighted_average(simulate):
     raw = {**TINY, "rounds": 1, "selector": {"name": "uniform", "clients_per_round": 12}}
     sim, res = simulate(raw)
     exp = sim.exp
@@ -88,20 +93,20 @@ def test_reports_weighting_and_server_momentum():
     torch.testing.assert_close(x, 0.5 * (1 + 1.9) * torch.tensor([0.25, 1.5]))
 
 
-def test_unbiased_weighting_is_not_renormalised():
+def test_unbiased_weighting_is_not_renormalised(simulate):
     raw = {**TINY, "rounds": 1, "selector": {"name": "uniform", "clients_per_round": 4, "weighting": "unbiased"}}
     sim, _ = simulate(raw)
     from turnout import rng
-    from turnout.selectors.base import SelectionContext
+    from turnout.records import SelectionContext
 
     cohort = sim.selector.select(SelectionContext(0, 0.0, np.arange(12), 4, rng.stream(0, "selection", 0), sim.world,
-                                                  sim.availability, 0.0, probe_loss=None))
+                                                  sim.availability, probe_loss=None))
     assert not cohort.normalize
     p = sim.data.n_train[cohort.clients] / sim.data.n_train.sum()
     np.testing.assert_allclose(cohort.weights, p * 12 / 4)
 
 
-def test_full_participation_has_zero_delay_and_partial_participation_does_not():
+def test_full_participation_has_zero_delay_and_partial_participation_does_not(simulate):
     raw = {**TINY, "rounds": 4, "selector": {"name": "uniform", "clients_per_round": 12}}
     _, res = simulate(raw)
     assert [r["tau"] for r in res.rounds] == [0, 0, 0, 0]
@@ -113,30 +118,32 @@ def test_full_participation_has_zero_delay_and_partial_participation_does_not():
     assert res.summary["tau_max"] == max(taus) and res.summary["tau_avg"] == pytest.approx(np.mean(taus))
 
 
-def test_late_reports_are_parked_then_aggregated_or_wasted():
+class CutSlowest(RoundMode):
+    """Cuts the slowest client of every round: its report arrives late."""
+
+    def __init__(self):
+        pass
+
+    def close(self, finish, dropped, target):
+        late = np.zeros(len(finish), bool)
+        late[np.argmax(finish)] = True
+        return RoundClose(aggregated=~late, late=late, duration_s=float(np.sort(finish)[-2]), busy_s=finish)
+
+
+class StaleFedAvg(FedAvg):
+    """FedAvg that aggregates late reports up to 5 rounds old."""
+
+    uses_stale_updates = True
+    max_staleness = 5
+
+
+def test_late_reports_are_parked_then_aggregated_or_wasted(build_simulation):
     """A client cut by the round mode keeps computing; on arrival its work is used or wasted."""
-    from turnout.round_modes.base import RoundClose
-
-    class CutSlowest:
-        empty_round_s = 60.0
-
-        def launch_count(self, target):
-            return target
-
-        def close(self, finish, dropped, target):
-            late = np.zeros(len(finish), bool)
-            late[np.argmax(finish)] = True
-            return RoundClose(aggregated=~late, late=late, duration_s=float(np.sort(finish)[-2]), busy_s=finish)
-
     for uses_stale in (False, True):
-        exp = expand({**TINY, "rounds": 3})[0]
-        data = prepare([exp]).dataset_for(exp, 0)
-        sim = Simulation(exp, data, 0)
-        sim.round_mode = CutSlowest()
-        sim.algorithm.uses_stale_updates = uses_stale
-        sim.algorithm.max_staleness = 5
-        # client speeds differ so one client per round is the slowest
-        sim.population.devices.compute_s_per_sample[:] = 0.001 * (1 + np.arange(12))
+        algo = StaleFedAvg if uses_stale else FedAvg
+        sim = build_simulation({**TINY, "rounds": 3}, components={
+            "round_mode": CutSlowest(), "devices": StepDevices(),  # one client per round is the slowest
+            "algorithm": lambda ctx, algo=algo: algo(FedAvgConfig(), ctx.algorithm_context)})
         res = sim.run()
         rows = res.rounds
         assert [r["n_late"] for r in rows] == [1, 1, 1]
@@ -153,7 +160,7 @@ def test_late_reports_are_parked_then_aggregated_or_wasted():
         assert total_wasted == pytest.approx(sum(r["wasted_s"] for r in rows) + res.summary["late_unused_s"])
 
 
-def test_cyclic_availability_through_the_engine_gives_closed_form_delay():
+def test_cyclic_availability_through_the_engine_gives_closed_form_delay(simulate):
     """FedSUM Case 3: blocks of m = 3 of n = 12 in turn, everyone available selected ⇒ τ_max = n/m − 1."""
     raw = {**TINY, "rounds": 10, "availability": {"name": "cyclic", "m": 3},
            "selector": {"name": "uniform", "clients_per_round": 3}}
@@ -166,19 +173,14 @@ def test_cyclic_availability_through_the_engine_gives_closed_form_delay():
     assert set(cols["reselect_gap_mean"][cols["times_selected"] > 1].tolist()) == {4.0}
 
 
-def test_round_with_nobody_available_is_empty_and_advances_the_clock():
-    exp = expand({**TINY, "rounds": 3})[0]
-    data = prepare([exp]).dataset_for(exp, 0)
-    sim = Simulation(exp, data, 0)
+class NobodyInRoundOne(AlwaysAvailable):
+    def available(self, r, t):
+        return np.zeros(12, bool) if r == 1 else np.ones(12, bool)
 
-    class Nobody:
-        def available(self, r, t):
-            return np.zeros(12, bool) if r == 1 else np.ones(12, bool)
 
-        def online_until(self, clients, r, t):
-            return np.full(len(clients), np.inf)
-
-    sim.availability = Nobody()
+def test_round_with_nobody_available_is_empty_and_advances_the_clock(build_simulation):
+    sim = build_simulation({**TINY, "rounds": 3},
+                           components={"availability": lambda ctx: NobodyInRoundOne(None, ctx.world)})
     res = sim.run()
     empty = res.rounds[1]
     assert empty["n_available"] == 0 and empty["n_selected"] == 0 and empty["n_aggregated"] == 0
@@ -187,22 +189,23 @@ def test_round_with_nobody_available_is_empty_and_advances_the_clock():
     assert res.rounds[2]["n_selected"] == 4 and np.isfinite(res.rounds[2]["loss"])
 
 
-def test_non_finite_or_misshapen_reports_are_rejected_and_model_stays_finite():
-    exp = expand({**TINY, "rounds": 2})[0]
-    data = prepare([exp]).dataset_for(exp, 0)
-    sim = Simulation(exp, data, 0)
-    honest = sim.algorithm.client_update
-    calls = []
+class PoisonedFedAvg(FedAvg):
+    """The first report is NaN, the second has the wrong shape, the rest are honest."""
 
-    def poisoned(client, start, end):
-        calls.append(client)
-        if len(calls) == 1:
+    calls = 0
+
+    def client_update(self, client, start, end, **kw):
+        self.calls += 1
+        if self.calls == 1:
             return torch.full_like(start, float("nan"))
-        if len(calls) == 2:
+        if self.calls == 2:
             return (end - start)[:-3]  # wrong shape
-        return honest(client, start, end)
+        return super().client_update(client, start, end, **kw)
 
-    sim.algorithm.client_update = poisoned
+
+def test_non_finite_or_misshapen_reports_are_rejected_and_model_stays_finite(build_simulation):
+    sim = build_simulation({**TINY, "rounds": 2},
+                           components={"algorithm": lambda ctx: PoisonedFedAvg(FedAvgConfig(), ctx.algorithm_context)})
     res = sim.run()
     assert res.rounds[0]["n_rejected"] == 2 and res.rounds[0]["n_aggregated"] == 2
     assert res.rounds[1]["n_rejected"] == 0
@@ -210,15 +213,15 @@ def test_non_finite_or_misshapen_reports_are_rejected_and_model_stays_finite():
     assert res.rounds[0]["wasted_s"] > 0  # the rejected clients' work never reached the model
 
 
-def test_download_time_is_the_critical_clients_download():
+def test_download_time_is_the_critical_clients_download(simulate):
     """GlueFL's DT: per round, the download seconds of the last on-time report; summed to the target."""
-    from turnout.experiment import _cumulate, summarize
+    from turnout.metrics import cumulate, summarize
     sim, res = simulate(TINY)
-    _cumulate(res.rounds)  # what the experiment runner does before writing rounds.csv
+    cumulate(res.rounds)  # what the experiment runner does before writing rounds.csv
     dim = 60 * 10 + 10
     for row in res.rounds:  # homogeneous devices, dense model: every client downloads 4·dim bytes at 100 kB/s
         assert row["download_s"] == pytest.approx(4 * dim / 100e3)
         assert row["cum_download_s"] == pytest.approx((row["round"] + 1) * 4 * dim / 100e3)
-    s = summarize(res, target=0.0)
+    s = summarize(res.variant, res.seed, res.rounds, res.summary, target=0.0)
     assert s["download_time_to_target_s"] == pytest.approx(4 * dim / 100e3)
     assert s["download_time_s"] == pytest.approx(3 * 4 * dim / 100e3)

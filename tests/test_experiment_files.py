@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from turnout.config.loader import expand, load_experiment
+from turnout.composition import expand, load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted((ROOT / "experiments").rglob("*.yaml"))

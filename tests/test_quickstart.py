@@ -8,7 +8,7 @@ QUICKSTART = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.y
 
 
 def test_quickstart_config_is_valid_and_small():
-    from turnout.config.loader import load_experiment
+    from turnout.composition import load_experiment
 
     variants = load_experiment(QUICKSTART)
     assert [v.variant for v in variants] == ["K=5", "K=10", "K=20"]

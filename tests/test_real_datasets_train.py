@@ -17,9 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from turnout.config.loader import expand
-from turnout.engine import RunResult, Simulation
-from turnout.experiment import prepare
+from turnout.composition import expand
+from turnout.engine import RunResult
 
 FIXTURE = Path(__file__).parent / "fixtures" / "leaf" / "synthetic_0.5_0.5_small.json"
 FASHION_DIR = "/usr/share/datasets/fashion-mnist"
@@ -34,15 +33,16 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def simulate(raw: dict, seed: int = 0):
-    """(dataset, result) of one run of the single variant of ``raw``."""
-    exps = expand(raw)
-    assert len(exps) == 1
-    exp = exps[0]
-    data = prepare([exp]).dataset_for(exp, seed)
-    res = Simulation(exp, data, seed).run()
-    assert len(res.rounds) == raw["rounds"]
-    return data, res
+@pytest.fixture
+def train(simulate):
+    def train(raw: dict, seed: int = 0):
+        """(dataset, result) of one run of the single variant of ``raw``."""
+        assert len(expand(raw)) == 1
+        sim, res = simulate(raw, seed)
+        assert len(res.rounds) == raw["rounds"]
+        return sim.data, res
+
+    return train
 
 
 def evaluated(res: RunResult) -> tuple[np.ndarray, np.ndarray]:
@@ -79,7 +79,7 @@ def assert_learned(data, res: RunResult, min_accuracy: float, min_margin: float)
 
 @pytest.mark.parametrize("model,lr", [({"name": "logreg"}, 0.5), ({"name": "mlp", "hidden": [64]}, 0.1)],
                          ids=["logreg", "mlp"])
-def test_digits_dirichlet_20_clients(model, lr):
+def test_digits_dirichlet_20_clients(model, lr, train):
     raw = {
         "name": "digits", "seeds": [0], "rounds": 10,
         "data": {"name": "digits", "num_clients": 20, "partition": {"name": "dirichlet", "alpha": 0.5}},
@@ -88,7 +88,7 @@ def test_digits_dirichlet_20_clients(model, lr):
         "selector": {"name": "uniform", "clients_per_round": 10},
         "eval": {"every": 1},
     }
-    data, res = simulate(raw)
+    data, res = train(raw)
     assert data.num_clients == 20 and data.num_classes == 10
     # Dirichlet(0.5) really skews labels: some client lacks at least one class
     assert (data.label_histogram() == 0).any()
@@ -98,7 +98,7 @@ def test_digits_dirichlet_20_clients(model, lr):
 
 @pytest.mark.skipif(not os.path.isdir(FASHION_DIR),
                     reason=f"Fashion-MNIST not installed at {FASHION_DIR} (apt-get install dataset-fashion-mnist)")
-def test_fashion_mnist_mlp_50_clients():
+def test_fashion_mnist_mlp_50_clients(train):
     raw = {
         "name": "fmnist", "seeds": [0], "rounds": 5,
         "data": {"name": "fashion_mnist", "num_clients": 50, "limit_train": 5000, "limit_test": 1000},
@@ -107,7 +107,7 @@ def test_fashion_mnist_mlp_50_clients():
         "selector": {"name": "uniform", "clients_per_round": 10},
         "eval": {"every": 1},
     }
-    data, res = simulate(raw)
+    data, res = train(raw)
     assert data.num_clients == 50 and tuple(data.input_shape) == (1, 28, 28)
     assert len(data.y_server_test) == 1000 and data.n_train.sum() + data.n_test.sum() == 5000
     assert_learned(data, res, min_accuracy=0.4, min_margin=0.3)
@@ -116,7 +116,7 @@ def test_fashion_mnist_mlp_50_clients():
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_DIR),
                     reason=f"Fashion-MNIST not installed at {FASHION_DIR} (apt-get install dataset-fashion-mnist)")
-def test_fashion_mnist_cnn_fedavg_50_clients():
+def test_fashion_mnist_cnn_fedavg_50_clients(train):
     raw = {
         "name": "fmnist-cnn", "seeds": [0], "rounds": 10,
         "data": {"name": "fashion_mnist", "num_clients": 50, "limit_train": 5000, "limit_test": 1000},
@@ -125,7 +125,7 @@ def test_fashion_mnist_cnn_fedavg_50_clients():
         "selector": {"name": "uniform", "clients_per_round": 10},
         "eval": {"every": 2},
     }
-    data, res = simulate(raw)
+    data, res = train(raw)
     assert_learned(data, res, min_accuracy=0.5, min_margin=0.35)
 
 
@@ -138,7 +138,7 @@ def _need_plays():
         pytest.skip(f"Shakespeare plays unavailable: {exc}")
 
 
-def test_shakespeare_char_lstm_beats_majority_and_unigram():
+def test_shakespeare_char_lstm_beats_majority_and_unigram(train):
     """A small char LSTM must learn more than the character frequencies within a few rounds.
 
     The first thing an LSTM learns is the unigram distribution (accuracy = share of the most common
@@ -153,7 +153,7 @@ def test_shakespeare_char_lstm_beats_majority_and_unigram():
         "selector": {"name": "uniform", "clients_per_round": 5},
         "eval": {"every": 1},
     }
-    data, res = simulate(raw)
+    data, res = train(raw)
     assert data.num_clients == 10 and data.num_classes == 81 and tuple(data.input_shape) == (20,)
     p = np.bincount(data.y_train, minlength=data.num_classes) / len(data.y_train)
     unigram_loss = float(-np.log(np.maximum(p[data.y_server_test], 1e-12)).mean())
@@ -162,7 +162,7 @@ def test_shakespeare_char_lstm_beats_majority_and_unigram():
     assert loss[-1] < unigram_loss - 0.2, f"final loss {loss[-1]:.3f} not below unigram cross-entropy {unigram_loss:.3f}"
 
 
-def test_leaf_json_fixture_logreg():
+def test_leaf_json_fixture_logreg(train):
     raw = {
         "name": "leaf", "seeds": [0], "rounds": 10,
         "data": {"name": "leaf_json", "train_path": str(FIXTURE), "train_fraction": 0.7},
@@ -171,7 +171,7 @@ def test_leaf_json_fixture_logreg():
         "selector": {"name": "uniform", "clients_per_round": 5},
         "eval": {"every": 1},
     }
-    data, res = simulate(raw)
+    data, res = train(raw)
     assert data.num_clients == 5 and list(data.client_names) == [f"f_0000{i}" for i in range(5)]
     assert data.n_train.sum() + data.n_test.sum() == 69
     assert_learned(data, res, min_accuracy=0.5, min_margin=0.15)

@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .experiment import SUMMARY_KEYS
+    from .metrics import SUMMARY_KEYS
     from .report import write_report
 
     metrics = args.metrics or ["best_loss", "final_accuracy"]
@@ -107,7 +107,7 @@ def _add_plot_parser(sub) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from .config.loader import load_experiment
+    from .composition import load_experiment
     from .experiment import prepare
     from .plots import availability_gallery
 
@@ -185,12 +185,12 @@ def _periods(period_s) -> str:
 
 
 def cmd_list(seam: str | None = None) -> int:
-    from .config.loader import seam_registries
+    from .composition import registries
     from .data.registry import PARTITIONERS
     from .errors import ConfigError
     from .registry import describe
 
-    regs = dict(seam_registries())
+    regs = dict(registries())
     regs["data.partition"] = PARTITIONERS
     only = None
     if seam is not None:
@@ -214,7 +214,7 @@ def cmd_list(seam: str | None = None) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .config.loader import load_experiment
+    from .composition import load_experiment
     from .experiment import check_out_dir, default_out_dir, prepare, run_plan
     from .progress import ProgressBar
 

@@ -1,39 +1,56 @@
-"""The round loop of DESIGN.md, wiring the seams together; nothing here knows a component by name.
+"""The round loop of one experiment variant on one seed; it knows no component by name.
 
-One round: availability → selector → (download bytes from the coordinate ledger) → executor
-runs the algorithm's client rule → compressor encodes uploads → per-client simulated time →
-round mode closes the round → algorithm's server rule → ledger records what changed →
-recorder row. Evaluation runs every ``eval.every`` rounds and after the last.
+A round is five phases over frozen records (:mod:`turnout.phases`):
+
+1. **open** — availability at the round's start, the selector's cohort, loss probes (billed);
+2. **train** — what each client downloads (priced by :class:`~turnout.world.wire.WirePricer`), the
+   executor runs the algorithm's client rule, the compressor encodes the uploads;
+3. **close** — delivery times, the round mode decides who is aggregated, late or wasted, late
+   reports in flight are parked or arrive;
+4. **aggregate** — the algorithm's server rule over fresh and stale reports, the compressor's
+   server step, the ledger records which coordinates changed, the selector learns;
+5. **account** — population counters, participation, the ``rounds.csv`` row (:mod:`turnout.metrics`).
+
+Evaluation runs every ``eval.every`` rounds and after the last. Observers see each finished
+round and may stop the run. Every piece of state is declared (:mod:`turnout.state`), so a
+simulation can be saved between rounds and resumed bit for bit.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from types import MappingProxyType
+from typing import Iterable, Mapping
 
 import numpy as np
 import torch
 
+from . import metrics
 from . import rng as rngmod
-from .algorithms.base import AlgorithmContext, Reports
+from .algorithms.base import AlgorithmContext
+from .composition import BuildContext, Injected, Parts, compose
 from .config.loader import ResolvedExperiment
 from .data.federated import FederatedDataset
 from .errors import ConfigError
-from .executors.base import ClientBatch
 from .models.flat import FlatModel
+from .observers import Observer, RoundRecord
+from .phases import Aggregated, Closed, Opened, Trained
+from .records import ClientBatch, Reports, RoundFeedback, SelectionContext
+from .state import Stateful
 from .training.local_sgd import LocalTrainer, evaluate, evaluate_many
-from .world.ledger import CoordinateLedger
 from .world.context import WorldContext
-from .selectors.base import RoundFeedback, SelectionContext
 from .world.late import LateBuffer
-from .world.probe import LossProbe
-from .world.state_store import ClientStateStore
+from .world.ledger import CoordinateLedger
+from .world.model import GlobalModel
 from .world.participation import ParticipationTracker
 from .world.population import Population
+from .world.probe import LossProbe
+from .world.state_store import ClientStateStore
+from .world.wire import WirePricer
 
-#: ``callback(round_index, row)`` after every round (progress bars).
-RoundCallback = Callable[[int, dict], None]
+#: Server-side inputs handed to components that look at the model's outputs (FedGS's functional graph).
+SERVER_INPUTS = 128
 
 
 def build_model(exp: ResolvedExperiment, data: FederatedDataset, seed: int) -> FlatModel:
@@ -57,104 +74,154 @@ class RunResult:
     final_params: torch.Tensor = field(repr=False)
 
 
-class Simulation:
-    """One experiment variant on one seed's simulated population."""
+@dataclass(frozen=True)
+class _Accounted:
+    delivered_up: np.ndarray
+    wasted: np.ndarray
+    stale_wasted: float
+    tau: int
 
-    def __init__(self, exp: ResolvedExperiment, data: FederatedDataset, seed: int, scratch_dir=None):
+
+class Simulation(Stateful):
+    """One experiment variant on one seed's simulated population.
+
+    ``components`` injects components instead of the configured ones (``{"selector": obj}`` or
+    ``{"selector": lambda ctx: MySelector(cfg, ctx.world)}``; see :func:`turnout.composition.compose`).
+    """
+
+    state_attrs = ("next_round", "sim_time", "global_model", "population", "ledger", "late", "participation",
+                   "store", "availability", "selector", "round_mode", "algorithm", "compressor")
+
+    def __init__(self, exp: ResolvedExperiment, data: FederatedDataset, seed: int, scratch_dir=None,
+                 components: Mapping[str, Injected] | None = None):
         self.exp, self.data, self.seed = exp, data, seed
         cfg = exp.config
-        n_train = data.n_train
         n = data.num_clients
         self.model = build_model(exp, data, seed)
-        self.params = self.model.flat_params()
-        self.buffers = self.model.buffers()
+        server_inputs = torch.as_tensor(np.ascontiguousarray(data.x_server_test[:SERVER_INPUTS]))
+        self.global_model = GlobalModel(self.model, server_inputs)
         dim = self.model.dim
-
-        world = WorldContext(num_clients=n, n_train=n_train, seed=seed, rounds=cfg.rounds,
-                             label_hist_fn=data.label_histogram, extras=data.extras)
-        world.model_forward = lambda flat, x: self.model.forward(self.model.unflatten(flat), self.buffers, x)
-        world.server_inputs = torch.as_tensor(np.ascontiguousarray(data.x_server_test[:128]))
-        world.global_params = lambda: self.params
-        self.availability = exp["availability"].build(world)
-        devices = exp["devices"].build()
-        self.population = Population(n_train=n_train, devices=devices.profiles(n, seed))
-        self.world = world
-        self.selector = exp["selector"].build(world)
-        if self.selector.target() > n:
-            raise ConfigError("selector.clients_per_round", self.selector.target(),
-                              f"must be <= the number of clients ({n}) of this dataset")
-        self.round_mode = exp["round_mode"].build()
+        self.world = WorldContext(num_clients=n, n_train=data.n_train, seed=seed, rounds=cfg.rounds,
+                                  label_hist_fn=data.label_histogram, extras=data.extras,
+                                  model=self.global_model.view())
         # Per-client state spills into the run folder's scratch area (removed when the run ends).
         self.store = ClientStateStore(dim, n, int(cfg.runtime.state_budget_mb * 2**20), spill_dir=scratch_dir)
-        self.algorithm = exp["algorithm"].build(AlgorithmContext(n, dim, n_train, seed, cfg.rounds, self.store,
-                                                                 train=exp.train))
-        self.compressor = exp["compressor"].build(dim, seed, self.store, layout=self.model.sizes)
-        self.executor = exp["executor"].build()
+        ctx = BuildContext(exp=exp, seed=seed, num_clients=n, world=self.world,
+                           algorithm_context=AlgorithmContext(n, dim, data.n_train, seed, cfg.rounds, self.store,
+                                                              train=exp.train),
+                           dim=dim, layout=tuple(self.model.sizes), store=self.store)
+        self.parts: Parts = compose(ctx, components)
+        if self.parts.selector.target() > n:
+            raise ConfigError("selector.clients_per_round", self.parts.selector.target(),
+                              f"must be <= the number of clients ({n}) of this dataset")
+        self.population = Population(n_train=data.n_train, devices=self.parts.devices.profiles(n, seed))
         self.trainer = LocalTrainer(self.model, exp.train)
         self.ledger = CoordinateLedger(dim, cfg.rounds)
         self.late = LateBuffer(dim)
         self.participation = ParticipationTracker(n)
+        self.pricer = WirePricer(self.population, self.ledger, self.parts.compressor,
+                                 self.parts.algorithm.downlink_vectors, self.model.buffer_bytes())
+        self.next_round = 0
         self.sim_time = 0.0
         self.unused_late_s = 0.0
-        self.mean_round_s = 0.0  # REFL's μ_t
 
-    # ------------------------------------------------------------------------------------------
-    def run(self, on_round: RoundCallback | None = None) -> RunResult:
-        cfg = self.exp.config
+    # ---- the components (read-only: inject replacements at construction) ------------------------
+    availability = property(lambda self: self.parts.availability)
+    selector = property(lambda self: self.parts.selector)
+    round_mode = property(lambda self: self.parts.round_mode)
+    algorithm = property(lambda self: self.parts.algorithm)
+    compressor = property(lambda self: self.parts.compressor)
+    executor = property(lambda self: self.parts.executor)
+
+    @property
+    def params(self) -> torch.Tensor:
+        return self.global_model.params
+
+    @property
+    def buffers(self) -> dict[str, torch.Tensor]:
+        return self.global_model.buffers
+
+    # ---- running ---------------------------------------------------------------------------------
+    def run(self, observers: Iterable[Observer] = ()) -> RunResult:
+        """Run every remaining round, then close the run (late reports still in flight are wasted)."""
         wall0 = time.perf_counter()
-        rows = []
         try:
-            for r in range(cfg.rounds):
-                row = self.step(r)
-                if (r + 1) % cfg.eval.every == 0 or r == cfg.rounds - 1:
-                    row["accuracy"], row["loss"] = evaluate(self.model, self.algorithm.eval_params(self.params),
-                                                            self.buffers,
-                                                            self.data.x_server_test, self.data.y_server_test,
-                                                            cfg.eval.batch_size)
-                rows.append(row)
-                if on_round is not None:
-                    on_round(r, row)
+            rows = self.advance(observers=observers)
         finally:
-            self.executor.close()
-            self.store.close()
+            self.close()
+        return self.result(rows, wall_s=time.perf_counter() - wall0)
+
+    def advance(self, until: int | None = None, observers: Iterable[Observer] = ()) -> list[dict]:
+        """Run rounds ``next_round … until − 1`` (default: to the end) and return their rows.
+
+        Stops early when an observer's ``after_round`` returns true.
+        """
+        cfg = self.exp.config
+        end = cfg.rounds if until is None else min(int(until), cfg.rounds)
+        observers = list(observers)
+        rows = []
+        for r in range(self.next_round, end):
+            row = self.step(r)
+            if (r + 1) % cfg.eval.every == 0 or r == cfg.rounds - 1:
+                row["accuracy"], row["loss"] = evaluate(self.model, self.algorithm.eval_params(self.params),
+                                                        self.buffers, self.data.x_server_test,
+                                                        self.data.y_server_test, cfg.eval.batch_size)
+            rows.append(row)
+            self.next_round = r + 1
+            record = RoundRecord(self.exp.variant, self.seed, r, MappingProxyType(row))
+            stop = [bool(o.after_round(r, record)) for o in observers]
+            if any(stop):
+                break
+        return rows
+
+    def result(self, rows: list[dict], wall_s: float = 0.0) -> RunResult:
+        """Finish the run and collect its tables (``rows`` = every round's row, from the first)."""
         self.finish()
-        summary = {"wall_s": time.perf_counter() - wall0, "late_unused_s": self.unused_late_s, **self.store.stats(),
+        summary = {"wall_s": wall_s, "late_unused_s": self.unused_late_s, **self.store.stats(),
                    **self.participation.summary(self.population.times_selected)}
         return RunResult(self.exp.variant, self.seed, rows, self._client_columns(), summary, self.params)
 
+    def close(self) -> None:
+        """Release workers and spill files."""
+        self.executor.close()
+        self.store.close()
+
     def step(self, r: int) -> dict:
-        """Simulate round ``r`` and return its row of ``rounds.csv`` (accuracy filled in by :meth:`run`)."""
-        pop, cfg = self.population, self.exp.config
+        """Simulate round ``r`` and return its row of ``rounds.csv`` (accuracy filled in by :meth:`advance`)."""
+        opened = self._open(r)
+        trained = self._train(opened)
+        closed = self._close(opened, trained)
+        aggregated = self._aggregate(opened, trained, closed)
+        accounted = self._account(opened, trained, closed, aggregated)
+        return metrics.round_row(opened, trained, closed, aggregated, accounted.delivered_up, accounted.wasted,
+                                 accounted.stale_wasted, accounted.tau, self.sim_time,
+                                 {**self.selector.round_metrics(), **self.algorithm.round_metrics()})
+
+    # ---- phases ------------------------------------------------------------------------------------
+    def _open(self, r: int) -> Opened:
+        """Who is reachable (busy devices excluded), whom the selector launches, what probing cost."""
         t0 = self.sim_time
         online = self.availability.available(r, t0)
         if len(self.late):  # a device still computing a late report is busy
             online = online.copy()
             online[self.late.busy_clients()] = False
         available = np.flatnonzero(online)
-        target = self.selector.target()
-        probe = LossProbe(self, r)
+        probe = LossProbe(self.pricer, self.global_model, self.data, self.seed, r)
         cohort = self.selector.select(SelectionContext(
-            round=r, time_s=t0, available=available, launch=self.round_mode.launch_count(target),
+            round=r, time_s=t0, available=available, launch=self.round_mode.launch_count(self.selector.target()),
             rng=rngmod.stream(self.seed, "selection", r), world=self.world, availability=self.availability,
-            mean_round_s=self.mean_round_s, probe_loss=probe, pending_clients=self.late.clients.copy(),
-            pending_arrival_s=self.late.arrival_s.copy()))
-        clients = cohort.clients.astype(np.int64)
-        k = len(clients)
-        # Probing (Power-of-Choice) happens before training: the round starts when the last answer is in.
-        probe_s, probe_down, probe_up, probe_busy = probe.settle()
-        t0 += probe_s
+            probe_loss=probe, pending_clients=self.late.clients.copy(), pending_arrival_s=self.late.arrival_s.copy()))
+        bill = probe.settle()  # the round starts when the last probe answer is in
+        return Opened(r, t0, t0 + bill.seconds, available, cohort, bill)
 
-        # Downloads: exactly what each client lacks since its last sync, per model vector sent.
-        lacking = self.ledger.lacking(pop.synced_through[clients])
-        down = (self.compressor.download_bytes(lacking) * self.algorithm.downlink_vectors
-                + self.model.buffer_bytes()).astype(np.int64)
-        pop.synced_through[clients] = r - 1
-
-        lr = self.exp.train.lr_schedule.lr(self.exp.train.lr, r, cfg.rounds)
-        steps = self.exp.train.steps_for(pop.n_train[clients])
+    def _train(self, opened: Opened) -> Trained:
+        """Downloads, local training through the executor, upload encoding."""
+        r, clients = opened.round, opened.clients
+        down = self.pricer.download(clients, r)
+        lr = self.exp.train.lr_schedule.lr(self.exp.train.lr, r, self.exp.config.rounds)
+        steps = self.exp.train.steps_for(self.population.n_train[clients])
         self.algorithm.begin_round(r, clients, steps, lr)
-        self.compressor.begin_round(r, clients, np.asarray(cohort.weights, np.float64), cohort.normalize,
-                                    getattr(self.selector, "last_sticky", None))
+        self.compressor.begin_round(r, opened.cohort)
         result = self.executor.run(ClientBatch(r, clients, steps, lr, self.params, self.buffers, self.seed),
                                    self.algorithm, self.trainer, self.data)
         decoded, up = self.compressor.encode_uploads(r, clients, result.updates)
@@ -162,86 +229,76 @@ class Simulation:
                                          np.asarray(up, dtype=np.int64) * self.algorithm.uplink_vectors)
         up = np.asarray(up, dtype=np.int64) + self.model.buffer_bytes() * (len(self.buffers) > 0)
         # Reports that are not finite (diverged client, corrupt payload) never reach the server rule.
-        rejected = ~torch.isfinite(decoded).all(dim=1).numpy() if k else np.zeros(0, bool)
+        rejected = ~torch.isfinite(decoded).all(dim=1).numpy() if opened.size else np.zeros(0, bool)
+        return Trained(lr, down, result, decoded, up, rejected)
 
-        dev = pop.devices
-        finish = (down / dev.down_bytes_per_s[clients]
-                  + result.samples * dev.compute_s_per_sample[clients]
-                  + up / dev.up_bytes_per_s[clients])
+    def _close(self, opened: Opened, trained: Trained) -> Closed:
+        """Delivery times, the round mode's verdict, late reports parked and collected."""
+        r, clients, cohort = opened.round, opened.clients, opened.cohort
+        t0, probe_s = opened.train_start_s, opened.probe.seconds
+        result = trained.result
+        finish = self.pricer.delivery_s(clients, trained.down, result.samples, trained.up)
         dropped_at = self.availability.online_until(clients, r, t0) - t0
         close = self.round_mode.close(finish, dropped_at, cohort.target)
-        agg, late = close.aggregated & ~rejected, close.late & ~close.aggregated & ~rejected
-        duration = (close.duration_s if k else self.round_mode.empty_round_s) + probe_s
+        agg = close.aggregated & ~trained.rejected
+        late = close.late & ~close.aggregated & ~trained.rejected
+        duration = (close.duration_s if opened.size else self.round_mode.empty_round_s) + probe_s
         t_close = t0 - probe_s + duration
-        # REFL's moving-average round duration: μ_t = (1 − α)·D_{t−1} + α·μ_{t−1}, α = 0.25 (spec §6.1).
-        self.mean_round_s = duration if r == 0 else 0.75 * duration + 0.25 * self.mean_round_s
-
-        # GlueFL's download time (DT): the download part of the critical path, i.e. of the last on-time
-        # report the round waited for; Σ over rounds = time the run spent synchronising the model.
-        down_s = down / dev.down_bytes_per_s[clients]
-        critical = np.flatnonzero(agg)[np.argmax(finish[agg])] if agg.any() else None
-        download_s = float(down_s[critical]) if critical is not None else 0.0
-
+        download_s = metrics.critical_download_s(self.pricer.download_s(clients, trained.down), finish, agg)
         feedback = RoundFeedback(r, clients, agg, late, result.losses, result.samples, finish, close.busy_s,
-                                 decoded, duration)
+                                 trained.decoded, duration)
         weights = np.asarray(self.selector.settle_weights(cohort, feedback), dtype=np.float64)
-
-        # Late reports: park this round's, collect earlier ones that have arrived by the close.
-        self.late.add(r, clients[late], t0 + finish[late], decoded[torch.from_numpy(late)], weights[late],
-                      pop.n_train[clients[late]], result.losses[late], close.busy_s[late])
+        self.late.add(r, clients[late], t0 + finish[late], trained.decoded[torch.from_numpy(late)], weights[late],
+                      self.population.n_train[clients[late]], result.losses[late], close.busy_s[late])
         arrived = self.late.pop_arrived(t_close)
         stale_ok = (np.full(len(arrived), self.algorithm.uses_stale_updates)
                     & (r - arrived.origin_round <= self.algorithm.max_staleness))
-        stale_wasted = float(arrived.busy_s[~stale_ok].sum())
-        pop.wasted_s[arrived.clients[~stale_ok]] += arrived.busy_s[~stale_ok]
-        pop.times_aggregated[arrived.clients[stale_ok]] += 1
+        return Closed(finish, dropped_at, close, agg, late, duration, t_close, download_s, feedback, weights,
+                      arrived, stale_ok)
 
-        fresh_clients = clients[agg]
-        ok_t = torch.from_numpy(stale_ok)
-        reports = Reports(clients=np.concatenate([fresh_clients, arrived.clients[stale_ok]]),
-                          updates=torch.cat([decoded[torch.from_numpy(agg)], arrived.updates[ok_t]]),
-                          weights=np.concatenate([weights[agg], arrived.weights[stale_ok]]),
-                          normalize=cohort.normalize,
-                          n_samples=np.concatenate([pop.n_train[fresh_clients], arrived.n_samples[stale_ok]]),
-                          losses=np.concatenate([result.losses[agg], arrived.losses[stale_ok]]),
-                          staleness=np.concatenate([np.zeros(len(fresh_clients), np.int64),
-                                                    r - arrived.origin_round[stale_ok]]))
-        new = self.algorithm.aggregate(r, self.params, reports)
-        new = self.params + self.compressor.server_update(r, new - self.params)
-        changed = self.ledger.record(r, (new != self.params).numpy())
-        self.params = new
+    def _aggregate(self, opened: Opened, trained: Trained, closed: Closed) -> Aggregated:
+        """The server rule over fresh and stale reports; the ledger records what changed."""
+        r, agg, arrived, ok = opened.round, closed.aggregated, closed.arrived, closed.stale_ok
+        fresh_clients = opened.clients[agg]
+        reports = Reports(clients=np.concatenate([fresh_clients, arrived.clients[ok]]),
+                          updates=torch.cat([trained.decoded[torch.from_numpy(agg)], arrived.updates[torch.from_numpy(ok)]]),
+                          weights=np.concatenate([closed.weights[agg], arrived.weights[ok]]),
+                          normalize=opened.cohort.normalize,
+                          n_samples=np.concatenate([self.population.n_train[fresh_clients], arrived.n_samples[ok]]),
+                          losses=np.concatenate([trained.result.losses[agg], arrived.losses[ok]]),
+                          staleness=np.concatenate([np.zeros(len(fresh_clients), np.int64), r - arrived.origin_round[ok]]))
+        old = self.params
+        new = self.algorithm.aggregate(r, old, reports)
+        new = old + self.compressor.server_update(r, new - old)
+        changed = self.ledger.record(r, (new != old).numpy())
+        self.global_model.params = new
         if agg.any() and self.buffers:
-            self.buffers = _average_buffers([result.buffers[i] for i in np.flatnonzero(agg)], weights[agg])
+            self.global_model.buffers = _average_buffers([trained.result.buffers[i] for i in np.flatnonzero(agg)],
+                                                         closed.weights[agg])
+        self.selector.observe(closed.feedback)
+        return Aggregated(reports, changed)
 
-        self.selector.observe(feedback)
-        # Per-client accounting: an upload happens when the client delivers (on time or late).
-        delivers = agg | late
-        delivered_up = np.where(delivers | (rejected & (close.aggregated | close.late)), up, 0)
+    def _account(self, opened: Opened, trained: Trained, closed: Closed, aggregated: Aggregated) -> _Accounted:
+        """Per-client counters (an upload happens when the client delivers, on time or late) and τ(t)."""
+        pop, clients, close, arrived, ok = self.population, opened.clients, closed.close, closed.arrived, closed.stale_ok
+        stale_wasted = float(arrived.busy_s[~ok].sum())
+        pop.wasted_s[arrived.clients[~ok]] += arrived.busy_s[~ok]
+        pop.times_aggregated[arrived.clients[ok]] += 1
+        delivers = closed.aggregated | closed.late
+        delivered_up = np.where(delivers | (trained.rejected & (close.aggregated | close.late)), trained.up, 0)
         pop.times_selected[clients] += 1
-        pop.times_aggregated[fresh_clients] += 1
-        pop.last_round[clients] = r
-        pop.bytes_down[clients] += down
+        pop.times_aggregated[clients[closed.aggregated]] += 1
+        pop.last_round[clients] = opened.round
+        pop.bytes_down[clients] += trained.down
         pop.bytes_up[clients] += delivered_up
         pop.resource_s[clients] += close.busy_s
         wasted = np.where(delivers, 0.0, close.busy_s)  # late work is judged when it arrives
         pop.wasted_s[clients] += wasted
-        tau = self.participation.record(r, clients, reports.clients)
-        self.sim_time = t_close
+        tau = self.participation.record(opened.round, clients, aggregated.reports.clients)
+        self.sim_time = closed.end_s
+        return _Accounted(delivered_up, wasted, stale_wasted, tau)
 
-        return {
-            "round": r, "sim_time_s": self.sim_time, "round_duration_s": duration,
-            "accuracy": float("nan"), "loss": float("nan"),
-            "train_loss": float(np.average(result.losses[agg], weights=np.maximum(result.samples[agg], 1)))
-            if agg.any() else float("nan"),
-            "lr": lr, "bytes_up": int(delivered_up.sum()) + probe_up, "bytes_down": int(down.sum()) + probe_down,
-            "n_available": int(len(available)), "n_selected": k, "n_aggregated": len(reports),
-            "n_stale": int(stale_ok.sum()), "n_late": int(late.sum()), "n_stale_dropped": int((~stale_ok).sum()),
-            "n_dropped": int((finish > dropped_at).sum()), "n_rejected": int(rejected.sum()),
-            "download_s": download_s, "resource_s": float(close.busy_s.sum()) + probe_busy, "wasted_s": float(wasted.sum()) + stale_wasted,
-            "tau": tau, "coords_changed": int(changed),
-            **self.selector.round_metrics(), **self.algorithm.round_metrics(),
-        }
-
+    # ---- end of run ------------------------------------------------------------------------------
     def finish(self) -> None:
         """Reports still in flight when the run ends never reach the model: their work is wasted."""
         left = self.late.pop_all()
@@ -257,8 +314,8 @@ class Simulation:
             **self.participation.client_columns(),
         }
         if self.exp.config.eval.per_client:
-            acc, loss = evaluate_many(self.model, self.algorithm.eval_params(self.params), self.buffers, d.x_test, d.y_test, d.test_offsets,
-                                      self.exp.config.eval.batch_size)
+            acc, loss = evaluate_many(self.model, self.algorithm.eval_params(self.params), self.buffers, d.x_test,
+                                      d.y_test, d.test_offsets, self.exp.config.eval.batch_size)
             cols["n_test"], cols["test_accuracy"], cols["test_loss"] = d.n_test, acc, loss
         return cols
 
@@ -273,3 +330,6 @@ def _average_buffers(buffers: list[dict[str, torch.Tensor]], weights: np.ndarray
         out[name] = (torch.tensordot(w, stack.float(), dims=1).to(stack.dtype) if stack.is_floating_point()
                      else stack.max(0).values)
     return out
+
+
+__all__ = ["RunResult", "Simulation", "build_model"]

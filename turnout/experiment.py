@@ -39,14 +39,10 @@ from .config.loader import ResolvedExperiment
 from .data.federated import FederatedDataset
 from .engine import RunResult, Simulation, build_model
 from .errors import ConfigError, DataError
+from .metrics import comparison_rows, cumulate, summarize
+from .observers import Callback
 from .plots import plot_accuracy
 from .recorders.base import rows_to_columns
-
-SUMMARY_KEYS = ("final_accuracy", "best_accuracy", "tail_accuracy", "tail_accuracy_std", "final_loss", "best_loss",
-                "rounds_to_target", "sim_time_to_target_s", "download_time_to_target_s", "bytes_down_to_target",
-                "bytes_up_to_target", "bytes_up", "bytes_down", "sim_time_s", "download_time_s",
-                "resource_s", "wasted_s", "tau_max", "tau_avg", "selection_count_var", "centralized_accuracy",
-                "wall_s")
 
 
 def versions() -> dict[str, str]:
@@ -124,65 +120,6 @@ def _check_model_fits(exp: ResolvedExperiment, data: FederatedDataset, seed: int
                           f"outputs {out.shape[-1]} scores but dataset {data.name!r} has {data.num_classes} classes")
 
 
-def _cumulate(rows: list[dict]) -> None:
-    totals = {"bytes_up": 0, "bytes_down": 0, "resource_s": 0.0, "wasted_s": 0.0, "download_s": 0.0}
-    for row in rows:
-        for k in totals:
-            totals[k] += row[k]
-            row[f"cum_{k}"] = totals[k]
-
-
-def summarize(res: RunResult, target: float | None) -> dict:
-    rows = res.rounds
-    acc = np.array([r["accuracy"] for r in rows], dtype=float)
-    evaluated = np.flatnonzero(~np.isnan(acc))
-    last = rows[-1]
-    s = {
-        "variant": res.variant, "seed": res.seed, "rounds": len(rows),
-        "final_accuracy": float(acc[evaluated[-1]]) if len(evaluated) else math.nan,
-        "best_accuracy": float(np.nanmax(acc)) if len(evaluated) else math.nan,
-        "final_loss": float(rows[evaluated[-1]]["loss"]) if len(evaluated) else math.nan,
-        # Adaptive-OU's Table 3 metric: accuracy over the last quarter of the evaluations, mean and std over rounds
-        "tail_accuracy": float(np.mean(acc[evaluated[-max(1, len(evaluated) // 4):]])) if len(evaluated) else math.nan,
-        "tail_accuracy_std": float(np.std(acc[evaluated[-max(1, len(evaluated) // 4):]])) if len(evaluated)
-        else math.nan,
-        # FedGS's Table 2 metric: the lowest server test loss over the evaluations ("optimal testing loss")
-        "best_loss": float(np.nanmin([rows[i]["loss"] for i in evaluated])) if len(evaluated) else math.nan,
-        "bytes_up": int(last["cum_bytes_up"]), "bytes_down": int(last["cum_bytes_down"]),
-        "sim_time_s": float(last["sim_time_s"]), "resource_s": float(last["cum_resource_s"]),
-        "wasted_s": float(last["cum_wasted_s"]),
-        "download_time_s": float(last["cum_download_s"]),
-        "rounds_to_target": math.nan, "sim_time_to_target_s": math.nan, "download_time_to_target_s": math.nan,
-        "bytes_down_to_target": math.nan, "bytes_up_to_target": math.nan,
-    }
-    if target is not None:
-        hit = np.flatnonzero(acc >= target)
-        if len(hit):
-            row = rows[hit[0]]
-            s.update(rounds_to_target=int(hit[0]) + 1, sim_time_to_target_s=float(row["sim_time_s"]),
-                     download_time_to_target_s=float(row["cum_download_s"]),
-                     bytes_down_to_target=int(row["cum_bytes_down"]), bytes_up_to_target=int(row["cum_bytes_up"]))
-    s.update(res.summary)
-    return s
-
-
-def comparison_rows(summaries: list[dict]) -> list[dict]:
-    """One row per (variant, seed), then a ``mean`` and a ``std`` row per variant (over seeds)."""
-    out = []
-    variants = list(dict.fromkeys(s["variant"] for s in summaries))
-    for v in variants:
-        runs = [s for s in summaries if s["variant"] == v]
-        for s in runs:
-            out.append({"variant": v, "seed": s["seed"], **{k: s.get(k, math.nan) for k in SUMMARY_KEYS}})
-        for stat, fn in (("mean", np.nanmean), ("std", np.nanstd)):
-            row = {"variant": v, "seed": stat}
-            for k in SUMMARY_KEYS:
-                vals = np.array([np.nan if s.get(k) is None else s.get(k, np.nan) for s in runs], dtype=float)
-                row[k] = float(fn(vals)) if np.any(~np.isnan(vals)) else math.nan
-            out.append(row)
-    return out
-
-
 def default_out_dir(name: str) -> Path:
     return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
@@ -217,9 +154,8 @@ def run_plan(plan: Plan, out: Path, progress: Callable[[str, int, int, dict], No
         for seed in plan.seeds:
             data = plan.dataset_for(exp, seed)
             sim = Simulation(exp, data, seed, scratch_dir=work / "scratch")
-            res = sim.run(None if progress is None else
-                          (lambda r, row, _v=exp.variant, _s=seed: progress(_v, _s, r, row)))
-            _cumulate(res.rounds)
+            res = sim.run([] if progress is None else [Callback(progress)])
+            cumulate(res.rounds)
             if exp.config.eval.centralized_baseline:
                 key = (_data_key(exp), json.dumps(exp["model"].as_dict(), sort_keys=True),
                        exp.train.model_dump_json(), exp.config.eval.centralized_epochs, seed)
@@ -229,7 +165,7 @@ def run_plan(plan: Plan, out: Path, progress: Callable[[str, int, int, dict], No
                         exp.config.eval.batch_size)
                 res.summary["centralized_accuracy"] = centralized[key]
             results.append(res)
-            summaries.append(summarize(res, exp.config.eval.target_accuracy))
+            summaries.append(summarize(res.variant, res.seed, res.rounds, res.summary, exp.config.eval.target_accuracy))
 
     recorder = first["recorder"].build()
     rounds = [{"variant": r.variant, "seed": r.seed, **row} for r in results for row in r.rounds]

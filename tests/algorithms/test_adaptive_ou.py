@@ -11,9 +11,6 @@ import turnout.algorithms.adaptive_ou  # noqa: F401  (registers components)
 from turnout.algorithms.adaptive_ou import AdaptiveOU, AdaptiveOUConfig, is_nack
 from turnout.algorithms.base import AlgorithmContext, Reports
 from turnout.algorithms.ou_estimator import OUEstimator
-from turnout.config.loader import expand
-from turnout.engine import Simulation
-from turnout.experiment import prepare
 from turnout.training.local_sgd import evaluate
 
 
@@ -146,15 +143,9 @@ BASE = {
 }
 
 
-def simulate(raw, seed=0):
-    exp = expand(raw)[0]
-    data = prepare([exp]).dataset_for(exp, seed)
-    sim = Simulation(exp, data, seed)
-    return sim, sim.run()
-
 
 @pytest.mark.slow  # two 200-round runs: ~25 s on an idle core
-def test_ou_uploads_less_than_fedavg_and_is_as_accurate_as_ignore():
+def test_ou_uploads_less_than_fedavg_and_is_as_accurate_as_ignore(simulate):
     ou, res_ou = simulate({**BASE, "algorithm": {"name": "adaptive_ou", "strategy": "ou"}})
     ign, res_ign = simulate({**BASE, "algorithm": {"name": "adaptive_ou", "strategy": "ignore"}})
     reports_in = sum(r["n_aggregated"] for r in res_ou.rounds)  # FedAvg would upload every one of them in full
@@ -174,15 +165,12 @@ _P2_DATA = {}
                                   {"rule": "random", "prob_transmit": 0.5, "clip_estimate": True},
                                   {"rule": "random", "prob_transmit": 0.5, "strategy": "zero"},
                                   {"rule": "fixed", "threshold": 0.3}, {"quantize": True, "clip_estimate": True}])
-def test_trains_on_synthetic_with_p2_participation(algo):
+def test_trains_on_synthetic_with_p2_participation(algo, build_simulation):
     raw = {**BASE, "rounds": 30, "data": {"name": "synthetic", "num_clients": 20, "alpha": 0.5, "beta": 0.5},
            "availability": {"name": "p2_bernoulli"}, "selector": {"name": "uniform", "clients_per_round": 20},
            "eval": {"every": 30}, "algorithm": {"name": "adaptive_ou", **algo}}
-    exp = expand(raw)[0]
-    if "d" not in _P2_DATA:
-        _P2_DATA["d"] = prepare([exp]).dataset_for(exp, 0)
-    data = _P2_DATA["d"]
-    sim = Simulation(exp, data, 0)
+    sim = build_simulation(raw)
+    data = sim.data
     first = evaluate(sim.model, sim.params, sim.buffers, data.x_server_test, data.y_server_test)[1]
     res = sim.run()
     assert res.rounds[-1]["loss"] < 0.6 * first

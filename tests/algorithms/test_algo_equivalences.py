@@ -11,9 +11,6 @@ import turnout.algorithms.fedprox  # noqa: F401
 import turnout.algorithms.fedvarp  # noqa: F401
 import turnout.algorithms.mifa  # noqa: F401
 import turnout.algorithms.scaffold  # noqa: F401
-from turnout.config.loader import expand
-from turnout.engine import Simulation
-from turnout.experiment import prepare
 
 N = 12
 FULL = {
@@ -26,15 +23,8 @@ FULL = {
     "eval": {"every": 3},
     "output": {"progress": False},
 }
-_DATA = {}
 
 
-def simulate(raw, seed=0):
-    exp = expand(raw)[0]
-    if "d" not in _DATA:
-        _DATA["d"] = prepare([exp]).dataset_for(exp, seed)
-    sim = Simulation(exp, _DATA["d"], seed)
-    return sim, sim.run()
 
 
 def with_algo(algo, **over):
@@ -42,14 +32,14 @@ def with_algo(algo, **over):
 
 
 @pytest.fixture(scope="module")
-def fedavg_full():
+def fedavg_full(simulate):
     sim, res = simulate(with_algo({"name": "fedavg"}))
     return sim.params
 
 
 @pytest.mark.parametrize("algo", [{"name": "mifa"}, {"name": "fedvarp"}, {"name": "fedau"},
                                   {"name": "fedawe", "clip": None}])
-def test_baselines_equal_fedavg_under_full_participation(algo, fedavg_full):
+def test_baselines_equal_fedavg_under_full_participation(algo, fedavg_full, simulate):
     sim, res = simulate(with_algo(algo))
     assert all(r["n_aggregated"] == N for r in res.rounds)
     torch.testing.assert_close(sim.params, fedavg_full, rtol=1e-5, atol=1e-6)
@@ -58,19 +48,19 @@ def test_baselines_equal_fedavg_under_full_participation(algo, fedavg_full):
         assert (sim.algorithm.echo == 1).all()
 
 
-def test_fedau_weights_are_one_under_full_participation():
+def test_fedau_weights_are_one_under_full_participation(simulate):
     sim, res = simulate(with_algo({"name": "fedau"}))
     np.testing.assert_array_equal(sim.algorithm.last_weights, np.ones(N))
     np.testing.assert_array_equal(sim.algorithm.interval_count, np.full(N, 3))
     np.testing.assert_array_equal(sim.algorithm.interval_sum, np.full(N, 3.0))
 
 
-def test_fedawe_with_clip_differs_from_fedavg(fedavg_full):
+def test_fedawe_with_clip_differs_from_fedavg(fedavg_full, simulate):
     sim, _ = simulate(with_algo({"name": "fedawe", "clip": 1e-3}))
     assert not torch.allclose(sim.params, fedavg_full, atol=1e-4)
 
 
-def test_fedprox_mu0_is_fedavg_and_mu_pulls_toward_start(fedavg_full):
+def test_fedprox_mu0_is_fedavg_and_mu_pulls_toward_start(fedavg_full, simulate):
     sim, _ = simulate(with_algo({"name": "fedprox", "mu": 0.0}))
     torch.testing.assert_close(sim.params, fedavg_full, rtol=0, atol=0)
     # one round: the averaged step shrinks as μ grows (each local model stays nearer its start)
@@ -87,15 +77,15 @@ def test_fedprox_mu0_is_fedavg_and_mu_pulls_toward_start(fedavg_full):
     assert steps[10.0] < 0.8 * steps[0.0]
 
 
-def test_fedprox_hook_pulls_each_local_model_toward_its_start():
+def test_fedprox_objective_pulls_each_local_model_toward_its_start(build_simulation):
     from turnout import rng
     from turnout.algorithms.base import AlgorithmContext
     from turnout.algorithms.fedprox import FedProx, FedProxConfig
     from turnout.engine import build_model
     from turnout.training.local_sgd import LocalTrainer
 
-    exp = expand(with_algo({"name": "fedavg"}))[0]
-    data = _DATA.get("d") or prepare([exp]).dataset_for(exp, 0)
+    sim = build_simulation(with_algo({"name": "fedavg"}))
+    exp, data = sim.exp, sim.data
     fm = build_model(exp, data, 0)
     start = fm.flat_params()
     trainer = LocalTrainer(fm, exp.train)
@@ -103,12 +93,13 @@ def test_fedprox_hook_pulls_each_local_model_toward_its_start():
     dist = {}
     for mu in (0.0, 0.5, 5.0):
         algo = FedProx(FedProxConfig(mu=mu), AlgorithmContext(N, fm.dim, data.n_train, 0, 1))
-        out = trainer.train(start, {}, x, y, 20, 0.05, rng.stream(0, "batches", 0, 3), grad_hook=algo.grad_hook(3, start))
+        out = trainer.train(start, {}, x, y, 20, 0.05, rng.stream(0, "batches", 0, 3),
+                            objective=algo.local_objective(3, start))
         dist[mu] = float((out.params - start).norm())
     assert dist[5.0] < dist[0.5] < dist[0.0]
 
 
-def test_scaffold_forms_give_one_model_and_differ_exactly_in_upload_bytes():
+def test_scaffold_forms_give_one_model_and_differ_exactly_in_upload_bytes(simulate):
     partial = {"selector": {"name": "uniform", "clients_per_round": 5}, "rounds": 4}
     a, ra = simulate(with_algo({"name": "scaffold", "form": "original"}, **partial))
     b, rb = simulate(with_algo({"name": "scaffold", "form": "single_uplink"}, **partial))
@@ -122,7 +113,7 @@ def test_scaffold_forms_give_one_model_and_differ_exactly_in_upload_bytes():
     np.testing.assert_array_equal(a.population.bytes_up, 2 * b.population.bytes_up)
 
 
-def test_fedawe_evaluation_model_is_the_mean_of_all_copies_under_partial_participation():
+def test_fedawe_evaluation_model_is_the_mean_of_all_copies_under_partial_participation(simulate):
     from turnout.algorithms.base import Algorithm
     from turnout.training.local_sgd import evaluate
 

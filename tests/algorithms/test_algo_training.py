@@ -13,9 +13,7 @@ import turnout.algorithms.fedvarp  # noqa: F401
 import turnout.algorithms.mifa  # noqa: F401
 import turnout.algorithms.scaffold  # noqa: F401
 import turnout.algorithms.server_optim  # noqa: F401
-from turnout.config.loader import expand
-from turnout.engine import Simulation, build_model
-from turnout.experiment import prepare
+from turnout.engine import build_model
 from turnout.training.local_sgd import evaluate
 
 N = 30
@@ -41,16 +39,12 @@ ALGOS = [
     {"name": "fedvarp"},
     {"name": "mifa"},
 ]
-_DATA = {}
 
 
 @pytest.mark.parametrize("algo", ALGOS, ids=lambda a: "-".join(str(v) for v in a.values()))
-def test_trains_on_synthetic_with_p2_participation(algo):
-    exp = expand({**P2, "algorithm": algo})[0]
-    if "d" not in _DATA:
-        _DATA["d"] = prepare([exp]).dataset_for(exp, 0)
-    data = _DATA["d"]
-    sim = Simulation(exp, data, 0)
+def test_trains_on_synthetic_with_p2_participation(algo, build_simulation):
+    sim = build_simulation({**P2, "algorithm": algo})
+    exp, data = sim.exp, sim.data
     res = sim.run()
     n_agg = [r["n_aggregated"] for r in res.rounds]
     assert 0 < np.mean(n_agg) < N  # partial participation: every available client, not everyone

@@ -13,9 +13,6 @@ import turnout.algorithms.fedsum  # noqa: F401  (registers components)
 import turnout.algorithms.scaffold  # noqa: F401
 from turnout import rng
 from turnout.algorithms.fedsum import XTILDE_SLOT, Y_SLOT
-from turnout.config.loader import expand
-from turnout.engine import Simulation
-from turnout.experiment import prepare
 from turnout.training.local_sgd import batch_indices, evaluate, evaluate_many
 
 N = 10
@@ -28,23 +25,14 @@ FULL = {
     "eval": {"every": 100},
     "output": {"progress": False},
 }
-_DATA = {}
 
 
-def build(raw, seed=0):
-    exp = expand(raw)[0]
-    key = (repr(exp.config.data), seed)
-    if key not in _DATA:
-        _DATA[key] = prepare([exp]).dataset_for(exp, seed)
-    return Simulation(exp, _DATA[key], seed)
+@pytest.fixture
+def build(build_simulation):
+    return build_simulation
 
 
-def simulate(raw, seed=0):
-    sim = build(raw, seed)
-    return sim, sim.run()
-
-
-def test_fedsum_equals_scaffold_under_full_participation():
+def test_fedsum_equals_scaffold_under_full_participation(simulate, build):
     # SCAFFOLD is turnout/algorithms/scaffold.py (option II, the paper's form), not a test-local copy.
     sim_s, res_s = simulate({**FULL, "algorithm": {"name": "scaffold"}})
     sim_f, res_f = simulate({**FULL, "algorithm": {"name": "fedsum"}})
@@ -57,14 +45,14 @@ def test_fedsum_equals_scaffold_under_full_participation():
                                sim_s.algorithm.store.get("scaffold/c_i", np.arange(N)), rtol=1e-4, atol=1e-6)
 
 
-def test_fedsum_cr_equals_fedsum_when_everyone_participates_every_round():
+def test_fedsum_cr_equals_fedsum_when_everyone_participates_every_round(simulate):
     sim_f, _ = simulate({**FULL, "algorithm": {"name": "fedsum"}})
     sim_c, _ = simulate({**FULL, "algorithm": {"name": "fedsum_cr"}})
     torch.testing.assert_close(sim_c.params, sim_f.params, rtol=1e-5, atol=2e-6)
     assert (sim_c.algorithm.last_selected == FULL["rounds"] - 1).all()
 
 
-def test_fedsum_b_merges_k_gradients_taken_at_the_received_model():
+def test_fedsum_b_merges_k_gradients_taken_at_the_received_model(simulate, build):
     raw = {**FULL, "rounds": 1, "algorithm": {"name": "fedsum_b", "server_lr": 0.7}}
     sim0 = build(raw)
     x0 = sim0.params.clone()
@@ -87,7 +75,7 @@ def test_fedsum_b_merges_k_gradients_taken_at_the_received_model():
     torch.testing.assert_close(sim.algorithm.client_states(np.arange(N)), torch.stack(ybar), rtol=1e-5, atol=1e-6)
 
 
-def test_vector_counts_on_the_wire():
+def test_vector_counts_on_the_wire(simulate):
     down, up = {}, {}
     for name in ["fedsum_b", "fedsum", "fedsum_cr"]:
         _, res = simulate({**FULL, "rounds": 2, "algorithm": {"name": name}})
@@ -104,21 +92,14 @@ P2 = {**FULL, "rounds": 12, "data": {"name": "synthetic", "num_clients": 20, "al
 
 
 @pytest.mark.parametrize("name", ["fedsum", "fedsum_cr"])
-def test_sum_invariants_under_partial_participation(name):
+def test_sum_invariants_under_partial_participation(name, build, spy):
     # a decaying lr makes γ_t vary, so FedSUM-CR's γ-weighted inference is exercised
     raw = {**P2, "train": {**P2["train"], "lr_schedule": {"name": "exponential", "gamma": 0.9}},
            "algorithm": {"name": name, "weighting": "n_samples"}}
-    sim = build(raw)
+    # y^{s+1} after every round s
+    sim = build(raw, components={"algorithm": spy("algorithm", "aggregate", lambda alg, out, *args: alg.y.clone())})
     alg = sim.algorithm
-    merged = []  # y^{s+1} after every round s
-    agg = alg.aggregate
-
-    def spy(r, x, reports):
-        out = agg(r, x, reports)
-        merged.append(alg.y.clone())
-        return out
-
-    alg.aggregate = spy
+    merged = alg.calls
     res = sim.run()
     n = 20
     assert 0 < sum(r["n_aggregated"] for r in res.rounds) < n * len(res.rounds)  # partial participation
@@ -147,7 +128,7 @@ def uniform_train_loss(sim):
 
 
 @pytest.mark.parametrize("name", ["fedsum_b", "fedsum", "fedsum_cr"])
-def test_trains_on_synthetic_with_p2_participation(name):
+def test_trains_on_synthetic_with_p2_participation(name, build):
     sim = build({**P2, "rounds": 30, "algorithm": {"name": name}})
     first = evaluate(sim.model, sim.params, sim.buffers, sim.data.x_server_test, sim.data.y_server_test)[1]
     res = sim.run()
@@ -156,7 +137,7 @@ def test_trains_on_synthetic_with_p2_participation(name):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
-def test_fedsum_training_loss_not_worse_than_fedavg_after_300_rounds(seed):
+def test_fedsum_training_loss_not_worse_than_fedavg_after_300_rounds(seed, simulate):
     # FedAvg-active (the mean over S_t) vs FedSUM (p_i = 1/n), same participation, lr and local steps.
     # At lr 0.05 both sit at their noise floor by round 250 and the last iterate can go either way
     # (seed 0: FedSUM 0.4625 vs 0.4525 at round 300, ahead at every earlier checkpoint); at 0.02 FedSUM is

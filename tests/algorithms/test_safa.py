@@ -3,6 +3,8 @@ rounds, stale bound 5) plus SAFA's cache of the latest client models."""
 
 import math
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -11,9 +13,6 @@ import turnout.algorithms.safa  # noqa: F401  (registers components)
 from turnout.algorithms.base import AlgorithmContext, Reports
 from turnout.algorithms.safa import CACHE_SLOT, SAFA, SAFAConfig
 from turnout.selectors.safa import SAFASelector
-from turnout.config.loader import expand
-from turnout.engine import Simulation
-from turnout.experiment import prepare
 from turnout.selectors.base import SelectionContext
 from turnout.training.local_sgd import evaluate
 from turnout.world.context import WorldContext
@@ -25,15 +24,15 @@ def test_selector_launches_every_online_client_and_wants_a_ratio_of_them():
     assert sel.target() == 50
     online = np.arange(0, 50, 2)  # 25 online
     ctx = SelectionContext(round=0, time_s=0.0, available=online, launch=sel.target(), rng=np.random.default_rng(0),
-                           world=world, availability=None, mean_round_s=0.0, probe_loss=None)
+                           world=world, availability=None, probe_loss=None)
     cohort = sel.select(ctx)
     assert cohort.clients.tolist() == online.tolist() and cohort.target == 2  # ⌊25 · 0.1⌋
     np.testing.assert_array_equal(cohort.weights, online + 1)  # n_k
     capped = SAFASelector(SAFASelector.Config(target_ratio=0.5, clients_per_round=10), world)
-    ctx.launch = capped.target()
+    ctx = dataclasses.replace(ctx, launch=capped.target())
     c2 = capped.select(ctx)
     assert len(c2.clients) == 10 and set(c2.clients) <= set(online) and c2.target == 5
-    ctx.available = np.zeros(0, np.int64)
+    ctx = dataclasses.replace(ctx, available=np.zeros(0, np.int64))
     assert len(sel.select(ctx).clients) == 0
 
 
@@ -85,11 +84,11 @@ EMULATION = {
 
 
 @pytest.mark.parametrize("aggregation", ["cache", "fedavg"])
-def test_refl_emulation_through_the_engine(aggregation):
-    exp = expand({**EMULATION, "algorithm": {"name": "safa", "aggregation": aggregation}})[0]
-    data = prepare([exp]).dataset_for(exp, 0)
-    sim = Simulation(exp, data, 0)
-    sim.population.devices.compute_s_per_sample[:] = 0.001 * (1 + np.arange(N) % 10)  # 0.05 … 0.5 s per round
+def test_refl_emulation_through_the_engine(aggregation, build_simulation, compute_speeds):
+    speeds = compute_speeds(lambda c: 0.001 * (1 + np.arange(len(c)) % 10))  # 0.05 … 0.5 s per round
+    sim = build_simulation({**EMULATION, "algorithm": {"name": "safa", "aggregation": aggregation}},
+                           components={"devices": speeds})
+    data = sim.data
     first = evaluate(sim.model, sim.params, sim.buffers, data.x_server_test, data.y_server_test)[1]
     res = sim.run()
     for row in res.rounds:
@@ -103,21 +102,17 @@ def test_refl_emulation_through_the_engine(aggregation):
         assert sim.store.has(CACHE_SLOT, np.arange(N)).sum() > 0
 
 
-_P2_DATA = {}
 
 
 @pytest.mark.parametrize("aggregation", ["cache", "fedavg"])
-def test_trains_on_synthetic_with_p2_participation(aggregation):
+def test_trains_on_synthetic_with_p2_participation(aggregation, build_simulation):
     raw = {"name": "p2", "seeds": [0], "rounds": 30,
            "data": {"name": "synthetic", "num_clients": 20, "alpha": 0.5, "beta": 0.5}, "model": {"name": "logreg"},
            "train": {"batch_size": 10, "local_steps": 5, "lr": 0.05}, "availability": {"name": "p2_bernoulli"},
            "selector": {"name": "uniform", "clients_per_round": 20}, "eval": {"every": 30},
            "output": {"progress": False}, "algorithm": {"name": "safa", "aggregation": aggregation}}
-    exp = expand(raw)[0]
-    if "d" not in _P2_DATA:
-        _P2_DATA["d"] = prepare([exp]).dataset_for(exp, 0)
-    data = _P2_DATA["d"]
-    sim = Simulation(exp, data, 0)
+    sim = build_simulation(raw)
+    data = sim.data
     first = evaluate(sim.model, sim.params, sim.buffers, data.x_server_test, data.y_server_test)[1]
     res = sim.run()
     assert res.rounds[-1]["loss"] < 0.6 * first

@@ -9,7 +9,7 @@ import torch
 
 import turnout.algorithms.scaffold  # noqa: F401  (registers components)
 from turnout import rng
-from turnout.config.loader import expand
+from turnout.composition import expand
 from turnout.engine import Simulation, build_model
 from turnout.experiment import prepare
 from turnout.training.local_sgd import LocalTrainer
@@ -27,10 +27,9 @@ RAW = {
 }
 
 
-def test_option_two_control_variates_and_their_mean():
-    exp = expand(RAW)[0]
-    data = prepare([exp]).dataset_for(exp, 0)
-    sim = Simulation(exp, data, 0)
+def test_option_two_control_variates_and_their_mean(build_simulation):
+    sim = build_simulation(RAW)
+    exp, data = sim.exp, sim.data
     try:
         x0 = sim.params.clone()
         sim.step(0)
@@ -52,12 +51,11 @@ def test_option_two_control_variates_and_their_mean():
         sim.store.close()
 
 
-def test_small_budget_spills_and_gives_the_same_model(tmp_path):
+def test_small_budget_spills_and_gives_the_same_model(tmp_path, build_simulation):
     exp_raw = {**RAW, "rounds": 3, "selector": {"name": "uniform", "clients_per_round": 8}}
     out = {}
     for budget in (0.01, 1e6):  # 0.01 MB holds 4 rows of the 610-parameter model
-        exp = expand({**exp_raw, "runtime": {"state_budget_mb": budget}})[0]
-        sim = Simulation(exp, prepare([exp]).dataset_for(exp, 0), 0, scratch_dir=tmp_path / f"b{budget:g}")
+        sim = build_simulation({**exp_raw, "runtime": {"state_budget_mb": budget}}, scratch_dir=tmp_path / f"b{budget:g}")
         out[budget] = sim.run()
     assert out[0.01].summary["state_spilled_bytes"] > 0 == out[1e6].summary["state_spilled_bytes"]
     assert out[0.01].summary["state_rows"] == out[1e6].summary["state_rows"] > 4

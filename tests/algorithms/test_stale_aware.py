@@ -10,9 +10,6 @@ import torch
 import turnout.algorithms.stale_aware  # noqa: F401  (registers components)
 from turnout.algorithms.base import AlgorithmContext, Reports
 from turnout.algorithms.stale_aware import UNBOUNDED, StaleAware, StaleAwareConfig, refl_deviation, staleness_factors
-from turnout.config.loader import expand
-from turnout.engine import Simulation
-from turnout.experiment import prepare
 from turnout.training.local_sgd import evaluate
 
 
@@ -116,20 +113,21 @@ DEADLINE = {
     "eval": {"every": 40},
     "output": {"progress": False},
 }
-_DATA = {}
 
 
-def run_deadline(algo):
-    exp = expand({**DEADLINE, "algorithm": algo})[0]
-    if "d" not in _DATA:
-        _DATA["d"] = prepare([exp]).dataset_for(exp, 0)
-    sim = Simulation(exp, _DATA["d"], 0)
+@pytest.fixture
+def run_deadline(build_simulation, compute_speeds):
     # odd clients are 6× slower: 50 samples take 0.6 s, so they miss the 0.25 s deadline and arrive 2 rounds late
-    sim.population.devices.compute_s_per_sample[:] = np.where(np.arange(N) % 2, 0.012, 0.002)
-    return sim, sim.run()
+    odd_slow = compute_speeds(lambda c: np.where(np.arange(len(c)) % 2, 0.012, 0.002))
+
+    def run(algo):
+        sim = build_simulation({**DEADLINE, "algorithm": algo}, components={"devices": odd_slow})
+        return sim, sim.run()
+
+    return run
 
 
-def test_deadline_rounds_aggregate_stale_updates_and_are_not_less_accurate_than_dropping_them():
+def test_deadline_rounds_aggregate_stale_updates_and_are_not_less_accurate_than_dropping_them(run_deadline):
     sim, res = run_deadline({"name": "stale_aware", "rule": "refl"})
     n_stale = sum(r["n_stale"] for r in res.rounds)
     assert n_stale > 0 and sum(r["n_stale_dropped"] for r in res.rounds) == 0
@@ -142,27 +140,23 @@ def test_deadline_rounds_aggregate_stale_updates_and_are_not_less_accurate_than_
     assert sum(r["wasted_s"] for r in res.rounds) < sum(r["wasted_s"] for r in res_drop.rounds)
 
 
-def test_staleness_bound_drops_reports_that_are_too_late():
+def test_staleness_bound_drops_reports_that_are_too_late(run_deadline):
     sim, res = run_deadline({"name": "stale_aware", "rule": "dynsgd", "max_staleness": 1})
     assert sum(r["n_stale"] for r in res.rounds) == 0  # every straggler arrives 2 rounds late
     assert sum(r["n_stale_dropped"] for r in res.rounds) > 0
 
 
-_P2_DATA = {}
 
 
 @pytest.mark.parametrize("rule", ["refl", "equal", "dynsgd", "adasgd", "average"])
-def test_trains_on_synthetic_with_p2_participation(rule):
+def test_trains_on_synthetic_with_p2_participation(rule, build_simulation):
     raw = {"name": "p2", "seeds": [0], "rounds": 30,
            "data": {"name": "synthetic", "num_clients": 20, "alpha": 0.5, "beta": 0.5}, "model": {"name": "logreg"},
            "train": {"batch_size": 10, "local_steps": 5, "lr": 0.05}, "availability": {"name": "p2_bernoulli"},
            "selector": {"name": "uniform", "clients_per_round": 20}, "eval": {"every": 30},
            "output": {"progress": False}, "algorithm": {"name": "stale_aware", "rule": rule}}
-    exp = expand(raw)[0]
-    if "d" not in _P2_DATA:
-        _P2_DATA["d"] = prepare([exp]).dataset_for(exp, 0)
-    data = _P2_DATA["d"]
-    sim = Simulation(exp, data, 0)
+    sim = build_simulation(raw)
+    data = sim.data
     first = evaluate(sim.model, sim.params, sim.buffers, data.x_server_test, data.y_server_test)[1]
     res = sim.run()
     assert math.isfinite(res.rounds[-1]["loss"]) and res.rounds[-1]["loss"] < 0.6 * first

@@ -10,9 +10,6 @@ from turnout.compressors.apf import APF
 from turnout.compressors.base import sparse_bytes
 from turnout.compressors.quantize import Quantize
 from turnout.compressors.sparse import bitmap_bytes
-from turnout.config.loader import expand
-from turnout.engine import Simulation
-from turnout.experiment import prepare
 
 D = 40
 
@@ -116,15 +113,8 @@ RAW = {"name": "comp-engine", "rounds": 6, "data": {"name": "synthetic", "num_cl
                                    {"name": "apf", "check_every": 2},
                                    {"name": "quant8", "downlink": True, "scheme": "qsgd"},
                                    {"name": "gluefl"}])
-def test_compressor_runs_in_the_engine(block):
-    import turnout.compressors.apf, turnout.compressors.gluefl, turnout.compressors.quantize  # noqa: F401,E401
-    import turnout.compressors.stc, turnout.compressors.topk  # noqa: F401,E401  (register "stc", "topk")
-    exp = expand(dict(RAW, compressor=block))[0]
-    data = prepare([exp]).dataset_for(exp, 0)
-    sim = Simulation(exp, data, 0)
-    comp = exp["compressor"]
-    sim.compressor = comp.cls(comp.cfg, sim.model.dim, 0, sim.store, layout=sim.model.sizes)
-    res = sim.run()
+def test_compressor_runs_in_the_engine(block, simulate):
+    sim, res = simulate(dict(RAW, compressor=block))
     assert math.isfinite(res.rounds[-1]["loss"])
     dense = 4 * 4 * sim.model.dim
     assert all(r["bytes_up"] <= dense for r in res.rounds)

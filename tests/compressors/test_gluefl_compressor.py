@@ -8,11 +8,10 @@ import torch
 
 from turnout.compressors.base import sparse_bytes
 from turnout.compressors.gluefl import GlueFLMaskShifting
+from turnout.composition import expand
 from turnout.compressors.sparse import Layout, bitmap_bytes, index_bytes
-from turnout.config.loader import expand
-from turnout.engine import Simulation
 from turnout.errors import ConfigError
-from turnout.experiment import prepare
+from turnout.records import Cohort
 from turnout.registry import describe
 
 D = 610
@@ -22,6 +21,11 @@ G = GlueFLMaskShifting
 
 def build(layout=LAYOUT, **opts):
     return G(G.Config(**opts), D, 0, None, layout=layout)
+
+
+def cohort(clients, weights, normalize, sticky=None):
+    return Cohort(clients, np.asarray(weights, np.float64), normalize,
+                  tags={} if sticky is None else {"sticky": np.asarray(sticky, bool)})
 
 
 def rand(rows, seed):
@@ -92,7 +96,7 @@ def _accumulate(ec, weights, sticky=None, reload="always", rounds=8):
     sent_sum = torch.zeros(D, dtype=torch.float64)
     for r in range(rounds):
         w = weights(r)
-        c.begin_round(r, clients, w, False, None if sticky is None else sticky(r))
+        c.begin_round(r, cohort(clients, w, False, None if sticky is None else sticky(r)))
         u = rand(4, 100 + r)
         dec, _ = c.encode_uploads(r, clients, u)
         true_sum += w[1] * u[1].double()
@@ -133,10 +137,10 @@ def test_residual_reloaded_only_for_sticky_clients_by_default():
     u = rand(2, 11)
     c = build(ratio=0.1, shared_ratio=0.05)
     clients = np.array([0, 1])
-    c.begin_round(0, clients, np.array([0.5, 0.5]), True, np.array([False, False]))
+    c.begin_round(0, cohort(clients, [0.5, 0.5], True, [False, False]))
     c.encode_uploads(0, clients, u)
     c.server_update(0, rand(1, 12)[0])
-    c.begin_round(1, clients, np.array([0.5, 0.5]), True, np.array([True, False]))
+    c.begin_round(1, cohort(clients, [0.5, 0.5], True, [True, False]))
     res = c._store.get(c.residual_name, clients)
     dec, _ = c.encode_uploads(1, clients, u)
     fresh = build(ratio=0.1, shared_ratio=0.05)
@@ -174,32 +178,34 @@ RAW = {"name": "gluefl-engine", "rounds": 4, "data": {"name": "synthetic", "num_
        "eval": {"every": 2}, "output": {"progress": False}}
 
 
-def with_cohort_hook(sim):
-    """What the engine change does: tell the compressor the cohort's weights and sticky flags after selection."""
-    select = sim.selector.select
+class RecordingGlueFL(G):
+    """GlueFL that records what ``begin_round`` is told."""
 
-    def hooked(ctx):
-        cohort = select(ctx)
-        sim.compressor.begin_round(ctx.round, cohort.clients, cohort.weights, cohort.normalize,
-                                   getattr(sim.selector, "last_sticky", None))
-        return cohort
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = []
 
-    sim.selector.select = hooked
-    return sim
+    def begin_round(self, round, cohort):
+        self.calls.append((round, cohort.clients.copy(), cohort.tag("sticky")))
+        super().begin_round(round, cohort)
+
+
+def test_engine_tells_the_compressor_the_sticky_members_once_per_round(build_simulation):
+    sim = build_simulation(RAW, components={"compressor": lambda ctx: RecordingGlueFL(
+        ctx.exp["compressor"].cfg, ctx.dim, 0, ctx.store, layout=list(ctx.layout))})
+    sim.run()
+    calls = sim.compressor.calls
+    assert [r for r, _, _ in calls] == [0, 1, 2, 3]  # once per round, not twice
+    # round 0 initialises the group (nobody sticky); later rounds have C = 4 sticky members of 5
+    assert not calls[0][2].any() and all(int(s.sum()) == 4 for _, _, s in calls[1:])
+    assert all(len(c) == len(s) == 5 for _, c, s in calls)
 
 
 @pytest.mark.parametrize("opts", [{}, {"regenerate_every": None}, {"error_compensation": "off"},
                                   {"error_compensation": "unscaled"}, {"compensation_reload": "always"},
                                   {"accounting": "gluefl_code"}, {"scope": "global"}, {"shared_ratio": 0.0}])
-def test_ablations_run_through_the_engine(opts):
-    import turnout.compressors.gluefl  # noqa: F401
-    raw = dict(RAW, compressor={**RAW["compressor"], **opts})
-    exp = expand(raw)[0]
-    data = prepare([exp]).dataset_for(exp, 0)
-    sim = with_cohort_hook(Simulation(exp, data, 0))
-    cfg = exp["compressor"].cfg
-    sim.compressor = G(cfg, sim.model.dim, 0, sim.store, layout=sim.model.sizes)
-    res = sim.run()
+def test_ablations_run_through_the_engine(opts, simulate):
+    sim, res = simulate(dict(RAW, compressor={**RAW["compressor"], **opts}))
     assert all(math.isfinite(r["loss"]) for r in res.rounds if not math.isnan(r["loss"]))
     assert all(r["bytes_up"] < 5 * 4 * sim.model.dim for r in res.rounds)  # sparse uploads
     if opts.get("error_compensation") != "off":
@@ -209,7 +215,7 @@ def test_ablations_run_through_the_engine(opts):
 def test_experiment_config_validates():
     from pathlib import Path
 
-    from turnout.config.loader import load_experiment
+    from turnout.composition import load_experiment
 
     path = Path(__file__).resolve().parents[2] / "experiments" / "gluefl_bytes.yaml"
     exps = load_experiment(path)
@@ -225,9 +231,6 @@ def test_experiment_config_validates():
     ("fedavg", "gluefl", True), ("fedavg", "apf", True),
 ])
 def test_incompatible_compressor_is_refused_at_validation(algorithm, compressor, ok):
-    from turnout.config.loader import expand
-    from turnout.errors import ConfigError
-
     raw = {"rounds": 1, "data": {"name": "synthetic"}, "model": {"name": "logreg"}, "algorithm": {"name": algorithm},
            "compressor": {"name": compressor}}
     if ok:
@@ -240,7 +243,7 @@ def test_incompatible_compressor_is_refused_at_validation(algorithm, compressor,
 
 @pytest.mark.parametrize("key,value", [("momentum", 0.9), ("weight_decay", 1e-4), ("grad_clip", 5.0)])
 def test_gradient_recovering_rules_refuse_non_plain_sgd(key, value):
-    from turnout.config.loader import expand
+    from turnout.composition import expand
     from turnout.errors import ConfigError
 
     for algo in ("scaffold", "fedsum", "fedsum_cr"):

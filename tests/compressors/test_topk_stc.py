@@ -9,10 +9,8 @@ from turnout.compressors.gluefl import GlueFLMaskShifting
 from turnout.compressors.sparse import Layout, bitmap_bytes, code_download_bytes, code_upload_bytes, topk_select
 from turnout.compressors.stc import STC
 from turnout.compressors.topk import TopK
-from turnout.config.loader import expand
-from turnout.engine import Simulation
-from turnout.experiment import prepare
-from turnout.selectors.base import Cohort, Selector
+from turnout.records import Cohort
+from turnout.selectors.base import Selector
 
 D = 610
 LAYOUT = [600, 10]  # logreg on synthetic: weight (10×60), bias (10)
@@ -159,35 +157,40 @@ class Schedule(Selector):
         return Cohort(np.array(self.plan[ctx.round]), np.ones(2))
 
 
-def run_engine(compressor_factory):
-    exp = expand(RAW)[0]
-    data = prepare([exp]).dataset_for(exp, 0)
-    sim = Simulation(exp, data, 0)
-    sim.algorithm = DenseHandUpdates(None, sim.algorithm.ctx)
-    sim.selector = Schedule(None, sim.world)
+def spying(cls):
+    """``cls`` that also records each round's server support and every download it prices."""
+
+    class Spy(cls):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.supports, self.lacking = {}, []
+
+        def server_update(self, r, update):
+            out = super().server_update(r, update)
+            self.supports[r] = set(torch.nonzero(out).flatten().tolist())
+            return out
+
+        def download_bytes(self, lack):
+            self.lacking.append(np.asarray(lack).copy())
+            return super().download_bytes(lack)
+
+    return Spy
+
+
+def run_engine(build_simulation, cls, cfg):
+    spy = spying(cls)
+    sim = build_simulation(RAW, components={
+        "algorithm": lambda ctx: DenseHandUpdates(None, ctx.algorithm_context),
+        "selector": lambda ctx: Schedule(None, ctx.world),
+        "compressor": lambda ctx: spy(cfg, ctx.dim, 0, ctx.store, layout=list(ctx.layout))})
     assert sim.model.sizes == LAYOUT
-    sim.compressor = compressor_factory(sim)
-    supports, lacking = {}, []
-    serve, price = sim.compressor.server_update, sim.compressor.download_bytes
-
-    def spy_server(r, update):
-        out = serve(r, update)
-        supports[r] = set(torch.nonzero(out).flatten().tolist())
-        return out
-
-    def spy_price(lack):
-        lacking.append(np.asarray(lack).copy())
-        return price(lack)
-
-    sim.compressor.server_update, sim.compressor.download_bytes = spy_server, spy_price
     res = sim.run()
-    return sim, res, supports, lacking
+    return sim, res, sim.compressor.supports, sim.compressor.lacking
 
 
-def test_stale_client_downloads_union_of_topk_server_supports():
+def test_stale_client_downloads_union_of_topk_server_supports(build_simulation):
     q = 0.1
-    sim, res, supports, lacking = run_engine(
-        lambda s: TopK(TopK.Config(ratio=q, side="server"), s.model.dim, 0, s.store, layout=s.model.sizes))
+    sim, res, supports, lacking = run_engine(build_simulation, TopK, TopK.Config(ratio=q, side="server"))
     ks = Layout(LAYOUT, D).k_for(q)
     assert all(len(supports[r]) == sum(ks) for r in range(6))
     assert [r["coords_changed"] for r in res.rounds] == [len(supports[r]) for r in range(6)]
@@ -202,13 +205,11 @@ def test_stale_client_downloads_union_of_topk_server_supports():
     assert res.rounds[5]["bytes_up"] == 2 * 4 * D
 
 
-def test_gluefl_union_over_skipped_rounds_is_at_most_stcs():
+def test_gluefl_union_over_skipped_rounds_is_at_most_stcs(build_simulation):
     q, q_shr = 0.2, 0.16
-    _, res_s, sup_s, lack_s = run_engine(
-        lambda s: STC(STC.Config(ratio=q), s.model.dim, 0, s.store, layout=s.model.sizes))
-    _, res_g, sup_g, lack_g = run_engine(
-        lambda s: GlueFLMaskShifting(GlueFLMaskShifting.Config(ratio=q, shared_ratio=q_shr),
-                                     s.model.dim, 0, s.store, layout=s.model.sizes))
+    _, res_s, sup_s, lack_s = run_engine(build_simulation, STC, STC.Config(ratio=q))
+    _, res_g, sup_g, lack_g = run_engine(build_simulation, GlueFLMaskShifting,
+                                         GlueFLMaskShifting.Config(ratio=q, shared_ratio=q_shr))
     lay = Layout(LAYOUT, D)
     k_shr = sum(lay.k_for(q_shr))
     for r in range(5):  # consecutive GlueFL supports overlap in at least the shared mask

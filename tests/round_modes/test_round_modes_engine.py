@@ -3,9 +3,8 @@
 import numpy as np
 import pytest
 
-from turnout.config.loader import expand
-from turnout.engine import Simulation
-from turnout.experiment import prepare
+from turnout.algorithms.fedavg import FedAvg, FedAvgConfig
+from turnout.selectors.uniform import UniformSelector
 
 N, K, STEPS, BATCH = 20, 10, 2, 10
 DOWN_BPS, UP_BPS = 100e3, 50e3
@@ -30,25 +29,48 @@ COMM_S = MODEL_BYTES / DOWN_BPS + MODEL_BYTES / UP_BPS
 FINISH = COMM_S + STEPS * BATCH * COST  # every client downloads and uploads the full dense model
 
 
-def run(round_mode, rounds=4):
-    exp = expand({**BASE, "rounds": rounds, "round_mode": round_mode})[0]
-    data = prepare([exp]).dataset_for(exp, 0)
-    assert (data.n_train >= BATCH).all()  # every local step sees a full batch: FINISH is exact
-    sim = Simulation(exp, data, 0)
-    sim.population.devices.compute_s_per_sample = COST.copy()
-    cohorts = []
-    select = sim.selector.select
+class RecordingUniform(UniformSelector):
+    """Uniform selection that records each round's cohort."""
 
-    def recording_select(*args, **kwargs):
-        cohort = select(*args, **kwargs)
-        cohorts.append(np.asarray(cohort.clients, dtype=np.int64).copy())
+    def __init__(self, cfg, world):
+        super().__init__(cfg, world)
+        self.cohorts = []
+
+    def select(self, ctx):
+        cohort = super().select(ctx)
+        self.cohorts.append(cohort.clients.copy())
         return cohort
 
-    sim.selector.select = recording_select
-    return sim, sim.run(), cohorts
+
+class StaleFedAvg(FedAvg):
+    """FedAvg that aggregates reports up to 10 rounds late, recording every report's staleness."""
+
+    uses_stale_updates, max_staleness = True, 10
+
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        self.seen = []
+
+    def aggregate(self, round, params, reports):
+        self.seen.append(reports.staleness.copy())
+        return super().aggregate(round, params, reports)
 
 
-def test_over_commit_launches_13_aggregates_10_and_wastes_the_discarded_work():
+@pytest.fixture
+def run(build_simulation, compute_speeds):
+    def run(round_mode, rounds=4, algorithm=None):
+        components = {"devices": compute_speeds(lambda default: COST.copy()),
+                      "selector": lambda ctx: RecordingUniform(ctx.exp["selector"].cfg, ctx.world)}
+        if algorithm is not None:
+            components["algorithm"] = algorithm
+        sim = build_simulation({**BASE, "rounds": rounds, "round_mode": round_mode}, components=components)
+        assert (sim.data.n_train >= BATCH).all()  # every local step sees a full batch: FINISH is exact
+        return sim, sim.run(), sim.selector.cohorts
+
+    return run
+
+
+def test_over_commit_launches_13_aggregates_10_and_wastes_the_discarded_work(run):
     sim, res, cohorts = run({"name": "over_commit", "oc": 1.3})
     pop = sim.population
     clock, expected_wasted = 0.0, np.zeros(N)
@@ -74,7 +96,7 @@ def test_over_commit_launches_13_aggregates_10_and_wastes_the_discarded_work():
     assert np.isfinite(res.rounds[-1]["loss"])
 
 
-def test_deadline_never_aggregates_clients_that_cannot_make_it():
+def test_deadline_never_aggregates_clients_that_cannot_make_it(run):
     d = 0.25  # FINISH = 0.0732 + 0.02·(i+1): clients 0..7 make it, 8..19 never do
     hopeless = np.flatnonzero(FINISH > d)
     assert len(hopeless) == 12
@@ -93,7 +115,7 @@ def test_deadline_never_aggregates_clients_that_cannot_make_it():
     assert res.rounds[-1]["sim_time_s"] == pytest.approx(6 * d)
 
 
-def test_deadline_last_arrival_and_min_reports_in_the_engine():
+def test_deadline_last_arrival_and_min_reports_in_the_engine(run):
     d = 10.0  # everyone makes it: last_arrival closes at the slowest selected client
     sim, res, cohorts = run({"name": "deadline", "deadline_s": d, "advance": "last_arrival"})
     for row, cohort in zip(res.rounds, cohorts):
@@ -107,7 +129,7 @@ def test_deadline_last_arrival_and_min_reports_in_the_engine():
     assert sim.population.times_aggregated.sum() == 0
 
 
-def test_deadline_late_reports_are_used_by_stale_aware_algorithms_and_wasted_otherwise():
+def test_deadline_late_reports_are_used_by_stale_aware_algorithms_and_wasted_otherwise(run):
     d = 0.25
     # FedAvg does not use stale updates: late reports are dropped on arrival and their work is waste.
     sim, res, _ = run({"name": "deadline", "deadline_s": d, "keep_late": True}, rounds=6)
@@ -119,20 +141,8 @@ def test_deadline_late_reports_are_used_by_stale_aware_algorithms_and_wasted_oth
         sum(row["wasted_s"] for row in res.rounds) + res.summary["late_unused_s"])
 
     # An algorithm that accepts stale updates aggregates them in a later round, with staleness ≥ 1.
-    exp = expand({**BASE, "rounds": 6, "round_mode": {"name": "deadline", "deadline_s": d, "keep_late": True}})[0]
-    data = prepare([exp]).dataset_for(exp, 0)
-    sim = Simulation(exp, data, 0)
-    sim.population.devices.compute_s_per_sample = COST.copy()
-    sim.algorithm.uses_stale_updates, sim.algorithm.max_staleness = True, 10
-    seen = []
-    aggregate = sim.algorithm.aggregate
-
-    def spy(round, params, reports):
-        seen.append(reports.staleness.copy())
-        return aggregate(round, params, reports)
-
-    sim.algorithm.aggregate = spy
-    res = sim.run()
+    sim, res, _ = run({"name": "deadline", "deadline_s": d, "keep_late": True}, rounds=6,
+                      algorithm=lambda ctx: StaleFedAvg(FedAvgConfig(), ctx.algorithm_context))
     assert sum(row["n_stale"] for row in res.rounds) > 0
-    stale = np.concatenate(seen)
+    stale = np.concatenate(sim.algorithm.seen)
     assert (stale[stale > 0] >= 1).all() and (stale > 0).sum() == sum(row["n_stale"] for row in res.rounds)

@@ -18,23 +18,24 @@ from turnout.selectors.base import SELECTORS, RoundFeedback, SelectionContext
 from turnout.selectors.fedgs import FedGS
 from turnout.selectors.uniform import UniformSelector
 from turnout.world.context import WorldContext
+from turnout.world.model import ModelView
 
 
 # ------------------------------------------------------------------------------------------------
 # helpers
-def make_world(n=30, seed=0, classes=10, extras=None, conc=1.75):
+def make_world(n=30, seed=0, classes=10, extras=None, conc=1.75, model=None):
     """FedGS's 100-client CIFAR-10 partition: n_k ~ lognormal(log(n/N) − 0.5, 1) with n/N = 500, and
     label mixes ~ Dirichlet(1.75 · uniform)."""
     g = np.random.default_rng(1000 + seed)
     sizes = np.maximum(g.lognormal(np.log(500) - 0.5, 1.0, n).astype(np.int64), 1)
     hist = np.stack([g.multinomial(k, g.dirichlet(np.full(classes, conc))) for k in sizes])
-    return WorldContext(n, sizes, label_hist=hist, seed=seed, rounds=500, extras=extras)
+    return WorldContext(n, sizes, label_hist=hist, seed=seed, rounds=500, extras=extras, model=model)
 
 
 def ctx_for(world, r, available, launch=10, availability=None):
     return SelectionContext(round=r, time_s=0.0, available=np.asarray(available, dtype=np.int64), launch=launch,
                             rng=rngmod.stream(world.seed, "selection", r), world=world, availability=availability,
-                            mean_round_s=0.0, probe_loss=None)
+                            probe_loss=None)
 
 
 def selector(world, **cfg):
@@ -336,14 +337,12 @@ def linear_forward(flat, x):
     return x @ w + flat[12:15]
 
 
-def test_functional_graph_needs_hooks_and_works_with_them():
-    world = make_world(6)
+def test_functional_graph_needs_the_model_and_works_with_it():
     with pytest.raises(ConfigError, match="selector.graph"):
-        selector(world, graph="functional")
+        selector(make_world(6), graph="functional")
     params = torch.zeros(15)
-    world.model_forward = linear_forward
-    world.server_inputs = torch.randn(200, 4, generator=torch.Generator().manual_seed(0))
-    world.global_params = lambda: params
+    world = make_world(6, model=ModelView(forward=linear_forward, global_params=lambda: params,
+                                          server_inputs=torch.randn(200, 4, generator=torch.Generator().manual_seed(0))))
     sel = selector(world, graph="functional", clients_per_round=2)
     warm = sel.select(ctx_for(world, 0, [0], launch=2))
     assert len(warm.clients) == 6
@@ -352,7 +351,7 @@ def test_functional_graph_needs_hooks_and_works_with_them():
     ups[1] = ups[0]  # identical local models → identical logits → distance 0
     sel.observe(feedback(0, np.arange(6), ups))
     sel.select(ctx_for(world, 1, np.arange(6), launch=2))
-    noise = fg.noise_inputs(world.server_inputs, rngmod.torch_generator(world.seed, "fedgs/noise"))
+    noise = fg.noise_inputs(world.model.server_inputs, rngmod.torch_generator(world.seed, "fedgs/noise"))
     assert noise.shape == (128, 4)
     expect = fg.functional_features(linear_forward, params[None, :] + ups, noise)
     np.testing.assert_allclose(sel.features, expect, rtol=1e-5)
@@ -383,11 +382,7 @@ def test_config_validation_registry_and_state_roundtrip():
 
 # ------------------------------------------------------------------------------------------------
 # engine
-def test_engine_runs_fedgs_on_synthetic_with_ln_availability():
-    from turnout.config.loader import expand
-    from turnout.engine import Simulation
-    from turnout.experiment import prepare
-
+def test_engine_runs_fedgs_on_synthetic_with_ln_availability(build_simulation):
     raw = {
         "name": "fedgs", "seeds": [0], "rounds": 6,
         "data": {"name": "synthetic", "variant": "fedgs", "num_clients": 30},
@@ -397,9 +392,8 @@ def test_engine_runs_fedgs_on_synthetic_with_ln_availability():
         "availability": {"name": "ln", "beta": 0.5},
         "eval": {"every": 3}, "output": {"progress": False},
     }
-    exp = expand(raw)[0]
-    data = prepare([exp]).dataset_for(exp, 0)
-    sim = Simulation(exp, data, 0)
+    sim = build_simulation(raw)
+    data = sim.data
     res = sim.run()
     sel = sim.selector
     assert isinstance(sel, FedGS)
@@ -411,8 +405,7 @@ def test_engine_runs_fedgs_on_synthetic_with_ln_availability():
 
     # update_cosine: round 0 is FedGS's warm-up (all 30 clients, model unchanged), then the learned graph
     raw2 = {**raw, "rounds": 3, "selector": {"name": "fedgs", "clients_per_round": 6, "graph": "update_cosine"}}
-    exp2 = expand(raw2)[0]
-    sim2 = Simulation(exp2, prepare([exp2]).dataset_for(exp2, 0), 0)
+    sim2 = build_simulation(raw2)
     start = sim2.params.clone()
     row0 = sim2.step(0)
     assert row0["n_selected"] == 30 and torch.equal(sim2.params, start)

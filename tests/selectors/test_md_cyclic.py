@@ -8,9 +8,6 @@ import pytest
 from pydantic import ValidationError
 
 from turnout import rng as rngmod
-from turnout.config.loader import expand
-from turnout.engine import Simulation
-from turnout.experiment import prepare
 from turnout.selectors.base import SELECTORS, SelectionContext
 from turnout.selectors.cyclic import CyclicSelector, ReshuffledCyclicSelector
 from turnout.selectors.md import MDSelector
@@ -25,7 +22,7 @@ def world(n, n_train=None, rounds=100):
 def ctx(w, r, available=None, launch=10):
     avail = np.arange(w.num_clients) if available is None else np.asarray(available, dtype=np.int64)
     return SelectionContext(round=r, time_s=0.0, available=avail, launch=launch,
-                            rng=rngmod.stream(0, "selection", r), world=w, availability=None, mean_round_s=0.0,
+                            rng=rngmod.stream(0, "selection", r), world=w, availability=None,
                             probe_loss=None)
 
 
@@ -202,21 +199,15 @@ BASE = {
 }
 
 
-def simulate(raw, seed=0):
-    exp = expand(raw)[0]
-    data = prepare([exp]).dataset_for(exp, seed)
-    sim = Simulation(exp, data, seed)
-    return sim, sim.run()
 
-
-def test_engine_md():
+def test_engine_md(simulate):
     sim, res = simulate({**BASE, "selector": {"name": "md", "clients_per_round": 4}})
     assert all(1 <= r["n_selected"] <= 4 and r["n_aggregated"] == r["n_selected"] for r in res.rounds)
     assert np.isfinite(res.rounds[-1]["loss"])
 
 
 @pytest.mark.parametrize("name", ["cyclic", "reshuffled_cyclic"])
-def test_engine_cyclic(name):
+def test_engine_cyclic(name, simulate):
     sim, res = simulate({**BASE, "selector": {"name": name, "clients_per_round": 4},
                          "round_mode": {"name": "over_commit", "oc": 1.3}})
     assert all(r["n_selected"] == 6 and r["n_aggregated"] == 4 for r in res.rounds)

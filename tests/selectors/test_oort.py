@@ -8,9 +8,6 @@ import torch
 from pydantic import ValidationError
 
 from turnout import rng as rngmod
-from turnout.config.loader import expand
-from turnout.engine import Simulation
-from turnout.experiment import prepare
 from turnout.selectors.base import RoundFeedback, SelectionContext
 from turnout.selectors.oort import OortSelector, weighted_sample
 from turnout.selectors.uniform import UniformSelector
@@ -28,7 +25,7 @@ def oort(w, **kw):
 
 def ctx(w, r, available, launch, pending=()):
     return SelectionContext(round=r, time_s=0.0, available=np.asarray(available, dtype=np.int64), launch=launch,
-                            rng=rngmod.stream(0, "selection", r), world=w, availability=None, mean_round_s=0.0,
+                            rng=rngmod.stream(0, "selection", r), world=w, availability=None,
                             probe_loss=None, pending_clients=np.asarray(pending, dtype=np.int64))
 
 
@@ -222,15 +219,21 @@ BASE = {
 }
 
 
-def simulate(selector):
-    exp = expand({**BASE, "selector": selector})[0]
-    data = prepare([exp]).dataset_for(exp, 0)
-    sim = Simulation(exp, data, 0)
-    sim.population.devices.compute_s_per_sample[:4] = 2.0  # four devices 200× slower
-    return sim, sim.run()
+def _four_slow(cost):
+    cost[:4] = 2.0  # four devices 200× slower
+    return cost
 
 
-def test_oort_in_the_engine_shortens_rounds_with_slow_devices():
+@pytest.fixture
+def simulate(build_simulation, compute_speeds):
+    def simulate(selector):
+        sim = build_simulation({**BASE, "selector": selector}, components={"devices": compute_speeds(_four_slow)})
+        return sim, sim.run()
+
+    return simulate
+
+
+def test_oort_in_the_engine_shortens_rounds_with_slow_devices(simulate):
     sim, res = simulate({"name": "oort", "clients_per_round": 5})
     _, ures = simulate({"name": "uniform", "clients_per_round": 5})
     d = np.array([r["round_duration_s"] for r in res.rounds])
@@ -241,11 +244,10 @@ def test_oort_in_the_engine_shortens_rounds_with_slow_devices():
     assert sim.selector.explored.all() and np.isfinite(sim.selector.duration).all()
 
 
-def test_rounds_with_nobody_available_run_with_an_empty_cohort():
+def test_rounds_with_nobody_available_run_with_an_empty_cohort(build_simulation):
     raw = {**BASE, "rounds": 30, "data": {"name": "synthetic", "num_clients": 5, "alpha": 0.5, "beta": 0.5},
            "availability": {"name": "biased"}, "selector": {"name": "oort", "clients_per_round": 2}}
-    exp = expand(raw)[0]
-    res = Simulation(exp, prepare([exp]).dataset_for(exp, 0), 0).run()
+    res = build_simulation(raw).run()
     empty = [r for r in res.rounds if r["n_available"] == 0]
     assert empty and all(r["n_selected"] == 0 for r in empty)
     assert all(r["n_selected"] == min(2, r["n_available"]) for r in res.rounds)

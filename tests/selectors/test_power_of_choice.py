@@ -9,9 +9,6 @@ import torch
 from pydantic import ValidationError
 
 from turnout import rng as rngmod
-from turnout.config.loader import expand
-from turnout.engine import Simulation
-from turnout.experiment import prepare
 from turnout.selectors.base import RoundFeedback, SelectionContext
 from turnout.selectors.power_of_choice import (PowerOfChoiceSelector, top_by_loss,
                                                weighted_sample_without_replacement)
@@ -43,7 +40,7 @@ class FakeProbe:
 def ctx(w, r, available=None, launch=3, probe=None):
     avail = np.arange(w.num_clients) if available is None else np.asarray(available, dtype=np.int64)
     return SelectionContext(round=r, time_s=0.0, available=avail, launch=launch,
-                            rng=rngmod.stream(0, "selection", r), world=w, availability=None, mean_round_s=0.0,
+                            rng=rngmod.stream(0, "selection", r), world=w, availability=None,
                             probe_loss=probe)
 
 
@@ -252,14 +249,8 @@ BASE = {
 DIM = 60 * 10 + 10  # logreg on the synthetic task
 
 
-def simulate(raw, seed=0):
-    exp = expand(raw)[0]
-    data = prepare([exp]).dataset_for(exp, seed)
-    sim = Simulation(exp, data, seed)
-    return sim, sim.run()
 
-
-def test_engine_fedgs_variant_pays_for_its_probes():
+def test_engine_fedgs_variant_pays_for_its_probes(simulate):
     sim, res = simulate({**BASE, "selector": {"name": "power_of_choice", "variant": "fedgs", "clients_per_round": 4}})
     for row in res.rounds:
         # dense FedAvg changes every coordinate: each of the 12 probed clients downloads the model once
@@ -272,7 +263,7 @@ def test_engine_fedgs_variant_pays_for_its_probes():
 
 @pytest.mark.parametrize("options", [{"d": 6, "estimate": "cpow", "probe_batch": 8}, {"estimate": "rpow"},
                                      {"variant": "adaptive_ou", "rank_by": "probe"}])
-def test_engine_variants(options):
+def test_engine_variants(options, simulate):
     sim, res = simulate({**BASE, "selector": {"name": "power_of_choice", "clients_per_round": 4, **options},
                          "round_mode": {"name": "over_commit", "oc": 1.3}})
     assert all(r["n_selected"] == 6 and r["n_aggregated"] == 4 for r in res.rounds)
@@ -281,24 +272,15 @@ def test_engine_variants(options):
         assert res.rounds[0]["bytes_up"] == 4 * 4 * DIM  # no probe traffic
 
 
-def test_engine_adaptive_ou_train_loss():
+def test_engine_adaptive_ou_train_loss(build_simulation, spy):
     """The engine settles weights after the close: only the `keep` highest-loss reports move the model."""
-    from turnout.config.loader import expand
-    from turnout.engine import Simulation
-    from turnout.experiment import prepare
-
-    exp = expand({**BASE, "selector": {"name": "power_of_choice", "variant": "adaptive_ou",
-                                       "clients_per_round": 4, "keep": 2}})[0]
-    sim = Simulation(exp, prepare([exp]).dataset_for(exp, 0), 0)
-    seen = []
-    aggregate = sim.algorithm.aggregate
-
-    def spy(round, params, reports):
-        seen.append((reports.weights.copy(), reports.losses.copy(), reports.n_samples.copy()))
-        return aggregate(round, params, reports)
-
-    sim.algorithm.aggregate = spy
+    keep = lambda alg, out, round, params, reports: (reports.weights.copy(), reports.losses.copy(),  # noqa: E731
+                                                     reports.n_samples.copy())
+    sim = build_simulation({**BASE, "selector": {"name": "power_of_choice", "variant": "adaptive_ou",
+                                                 "clients_per_round": 4, "keep": 2}},
+                           components={"algorithm": spy("algorithm", "aggregate", keep)})
     res = sim.run()
+    seen = sim.algorithm.calls
     assert all(r["n_selected"] == 4 for r in res.rounds) and np.isfinite(res.rounds[-1]["loss"])
     for weights, losses, n in seen:
         kept = np.flatnonzero(weights)

@@ -8,12 +8,9 @@ from pydantic import ValidationError
 from turnout import rng as rngmod
 from turnout.availability.base import Availability
 from turnout.availability.fedsum import BiasedByIndex
-from turnout.config.loader import expand
-from turnout.engine import Simulation
-from turnout.experiment import prepare
-from turnout.selectors.availability_predictor import (HistoryPredictor, OraclePredictor,
-                                                      trace_window_fraction)
-from turnout.selectors.base import RoundFeedback, SelectionContext
+from turnout.availability.trace import trace_window_fraction
+from turnout.records import RoundFeedback, SelectionContext
+from turnout.selectors.availability_predictor import HistoryPredictor, OraclePredictor
 from turnout.selectors.refl import REFLSelector
 from turnout.selectors.uniform import UniformSelector
 from turnout.traces.format import AvailabilityTrace
@@ -29,13 +26,18 @@ def refl(w, **kw):
     return REFLSelector(REFLSelector.Config(**kw), w)
 
 
-def ctx(w, r, available, launch, availability=None, time_s=None, mu=10.0, pending=(), arrivals=()):
+def ctx(w, r, available, launch, availability=None, time_s=None, pending=(), arrivals=()):
     return SelectionContext(round=r, time_s=float(r * 10 if time_s is None else time_s),
                             available=np.asarray(available, dtype=np.int64), launch=launch,
                             rng=rngmod.stream(0, "selection", r), world=w, availability=availability,
-                            mean_round_s=mu, probe_loss=None,
-                            pending_clients=np.asarray(pending, dtype=np.int64),
+                            probe_loss=None, pending_clients=np.asarray(pending, dtype=np.int64),
                             pending_arrival_s=np.asarray(arrivals, dtype=np.float64))
+
+
+def pick(sel, c, mu=10.0):
+    """``sel.select(c)`` by a selector whose moving-average round duration μ_t is ``mu`` seconds."""
+    sel.mean_round_s = mu
+    return sel.select(c)
 
 
 def feedback(r, clients, late=None):
@@ -46,7 +48,7 @@ def feedback(r, clients, late=None):
 
 
 class Probs(Availability):
-    """A Bernoulli-style model exposing fixed probabilities, everyone online."""
+    """A Bernoulli-style model whose exact window answer is a fixed probability; everyone online."""
 
     def __init__(self, p):
         self.p = np.asarray(p, dtype=np.float64)
@@ -55,8 +57,8 @@ class Probs(Availability):
     def num_clients(self):
         return len(self.p)
 
-    def probabilities(self, round):
-        return self.p
+    def window_fraction(self, clients, round, t0, t1):
+        return self.p[clients]
 
     def available(self, round, time_s):
         return np.ones(len(self.p), bool)
@@ -65,7 +67,7 @@ class Probs(Availability):
 def selection_shares(selector, w, av, rounds, k):
     counts = np.zeros(w.num_clients)
     for r in range(rounds):
-        c = selector.select(ctx(w, r, np.flatnonzero(av.available(r, r * 10.0)), k, av)).clients
+        c = pick(selector, ctx(w, r, np.flatnonzero(av.available(r, r * 10.0)), k, av)).clients
         counts[c] += 1
         selector.observe(feedback(r, c))
     return counts
@@ -92,7 +94,7 @@ def test_perfect_oracle_takes_the_lowest_probabilities_and_breaks_ties_at_random
     picks = set()
     for r in range(40):
         sel = refl(w, clients_per_round=3, oracle_accuracy=1.0)
-        c = sel.select(ctx(w, r, np.arange(10), 3, av)).clients
+        c = pick(sel, ctx(w, r, np.arange(10), 3, av)).clients
         assert 1 in c and set(c) <= {1, 3, 4, 5, 8}
         picks.add(tuple(c))
     assert len(picks) > 3  # the four tied clients share the two remaining places at random
@@ -102,7 +104,7 @@ def test_noisy_oracle_hides_a_tenth_of_the_pool():
     w = world(10)
     av = Probs(np.linspace(0.05, 0.95, 10))
     sel = refl(w, clients_per_round=1, cooldown_rounds=0)  # oracle_accuracy 0.9: int(0.9·10) = 9 answered
-    hits = sum(int(sel.select(ctx(w, r, np.arange(10), 1, av)).clients[0] == 0) for r in range(1000))
+    hits = sum(int(pick(sel, ctx(w, r, np.arange(10), 1, av)).clients[0] == 0) for r in range(1000))
     assert 0.86 < hits / 1000 < 0.94  # the least available client is hidden in 1 round out of 10
 
 
@@ -111,23 +113,23 @@ def test_cooldown_blocks_five_rounds_and_fills_from_resting_clients_when_short()
     w = world(30)
     av = Probs(np.zeros(30))
     sel = refl(w, clients_per_round=5)
-    first = sel.select(ctx(w, 0, np.arange(30), 5, av)).clients
+    first = pick(sel, ctx(w, 0, np.arange(30), 5, av)).clients
     sel.observe(feedback(0, first))
     for r in range(1, 6):
-        c = sel.select(ctx(w, r, np.arange(30), 5, av)).clients
+        c = pick(sel, ctx(w, r, np.arange(30), 5, av)).clients
         assert not set(c) & set(first) and len(c) == 5
         sel.observe(feedback(r, c))
     # round 6: only `first` has rested 6 rounds; the others ran within the last 5
-    assert set(sel.select(ctx(w, 6, np.arange(30), 5, av)).clients) == set(first)
+    assert set(pick(sel, ctx(w, 6, np.arange(30), 5, av)).clients) == set(first)
 
     small = refl(w, clients_per_round=5)
-    c0 = small.select(ctx(w, 0, np.arange(8), 5, av)).clients
+    c0 = pick(small, ctx(w, 0, np.arange(8), 5, av)).clients
     small.observe(feedback(0, c0))
-    c1 = small.select(ctx(w, 1, np.arange(8), 5, av)).clients
+    c1 = pick(small, ctx(w, 1, np.arange(8), 5, av)).clients
     assert len(c1) == 5 and set(np.arange(8)) - set(c0) <= set(c1)  # 3 rested + 2 random from cooldown
     strict = refl(w, clients_per_round=5, cooldown_fill=False)
     strict.observe(feedback(0, c0))
-    assert len(strict.select(ctx(w, 1, np.arange(8), 5, av)).clients) == 3
+    assert len(pick(strict, ctx(w, 1, np.arange(8), 5, av)).clients) == 3
 
 
 def test_clients_with_a_pending_late_report_are_never_selected():
@@ -135,7 +137,7 @@ def test_clients_with_a_pending_late_report_are_never_selected():
     av = Probs(np.zeros(12))
     for r in range(20):
         sel = refl(w, clients_per_round=10, cooldown_rounds=0)
-        c = sel.select(ctx(w, r, np.arange(12), 10, av, pending=[2, 7], arrivals=[1e9, 1e9])).clients
+        c = pick(sel, ctx(w, r, np.arange(12), 10, av, pending=[2, 7], arrivals=[1e9, 1e9])).clients
         assert 2 not in c and 7 not in c and len(c) == 10
 
 
@@ -150,11 +152,11 @@ def test_fewer_available_than_asked_selects_all_and_nobody_available_gives_an_em
     w = world(20)
     av = Probs(np.zeros(20))
     sel = refl(w, clients_per_round=10)
-    cohort = sel.select(ctx(w, 0, [3, 4, 9], 10, av))
+    cohort = pick(sel, ctx(w, 0, [3, 4, 9], 10, av))
     assert list(cohort.clients) == [3, 4, 9] and cohort.target == 3
-    empty = sel.select(ctx(w, 1, [], 10, av))
+    empty = pick(sel, ctx(w, 1, [], 10, av))
     assert len(empty.clients) == 0 and len(empty.weights) == 0 and empty.target == 0
-    assert len(refl(w, clients_per_round=5, apt="paper").select(ctx(w, 0, [], 5, av)).clients) == 0
+    assert len(pick(refl(w, clients_per_round=5, apt="paper"), ctx(w, 0, [], 5, av)).clients) == 0
 
 
 # -- APT ---------------------------------------------------------------------------------------
@@ -168,8 +170,8 @@ def test_apt_reduces_the_fresh_clients_by_the_ready_stragglers(mode, ready, expe
     due = t + mu * np.linspace(0.0, 1.0, ready)  # within [t, t + μ]: ready this round
     later = np.array([t + mu + 0.5, t + 3 * mu])  # in flight but not due yet
     pending = np.arange(40, 40 + ready + 2)
-    c = sel.select(ctx(w, 5, np.arange(40), 10, av, time_s=t, mu=mu, pending=pending,
-                       arrivals=np.concatenate([due, later])))
+    c = pick(sel, ctx(w, 5, np.arange(40), 10, av, time_s=t, pending=pending,
+                       arrivals=np.concatenate([due, later])), mu=mu)
     assert len(c.clients) == expected == c.target
     assert sel.last_ready == (ready if mode != "off" else 0)
 
@@ -178,15 +180,15 @@ def test_apt_keeps_the_over_commitment_ratio_and_uses_the_window():
     w = world(60)
     av = Probs(np.zeros(60))
     sel = refl(w, clients_per_round=10, apt="paper")
-    c = sel.select(ctx(w, 1, np.arange(50), 13, av, time_s=100.0, mu=10.0, pending=[55, 56, 57],
-                       arrivals=[105.0, 110.0, 111.0]))
+    c = pick(sel, ctx(w, 1, np.arange(50), 13, av, time_s=100.0, pending=[55, 56, 57],
+                       arrivals=[105.0, 110.0, 111.0]), mu=10.0)
     assert c.target == 8 and len(c.clients) == 11  # ceil(13 · 8/10)
     # before any round closed μ = 0: the initial window (1000 s) applies; window_s overrides μ
-    assert refl(w, clients_per_round=10, apt="paper").select(
-        ctx(w, 0, np.arange(50), 10, av, time_s=0.0, mu=0.0, pending=[55], arrivals=[900.0])).target == 9
+    assert refl(w, clients_per_round=10, apt="paper").select(  # a fresh selector: μ = 0
+        ctx(w, 0, np.arange(50), 10, av, time_s=0.0, pending=[55], arrivals=[900.0])).target == 9
     fixed = refl(w, clients_per_round=10, apt="paper", window_s=4.0)
-    assert fixed.select(ctx(w, 1, np.arange(50), 10, av, time_s=100.0, mu=10.0, pending=[55, 56],
-                            arrivals=[103.0, 106.0])).target == 9
+    assert pick(fixed, ctx(w, 1, np.arange(50), 10, av, time_s=100.0, pending=[55, 56],
+                            arrivals=[103.0, 106.0]), mu=10.0).target == 9
 
 
 def test_config_is_validated():
@@ -215,6 +217,8 @@ def test_trace_window_fraction_is_exact_and_wraps_the_period():
 
 
 class TraceLike(Availability):
+    """A trace-driven model that answers the two optional capabilities exactly."""
+
     def __init__(self, trace):
         self.trace = trace
 
@@ -228,16 +232,18 @@ class TraceLike(Availability):
     def online_until(self, clients, round, time_s):
         return self.trace.online_until(clients, time_s)
 
+    def window_fraction(self, clients, round, t0, t1):
+        return trace_window_fraction(self.trace, clients, t0, t1)
 
-class TimeOnly(TraceLike):
-    """The same model seen only through the generic interface (no `trace` attribute)."""
+    def online_throughout(self, clients, round, t0, t1):
+        return self.trace.is_online(clients, t0) & (self.trace.online_until(clients, t0) >= t1)
+
+
+class TimeOnly(Availability):
+    """The same model seen only through the required interface (no exact capabilities)."""
 
     def __init__(self, trace):
         self._t = trace
-
-    @property
-    def trace(self):
-        return None
 
     @property
     def num_clients(self):
@@ -333,26 +339,25 @@ BASE = {
 }
 
 
-def simulate(selector):
-    exp = expand({**BASE, "selector": selector})[0]
-    data = prepare([exp]).dataset_for(exp, 0)
-    sim = Simulation(exp, data, 0)
-    cost = np.full(N, 0.01)
+def _slow_every_fourth(cost):
+    cost = np.full(len(cost), 0.01)
     cost[::4] = 0.4  # every 4th client needs ~8 s for its 20 samples: it misses the 5 s deadline
-    sim.population.devices.compute_s_per_sample[:] = cost
-    seen = []
-    select = sim.selector.select
-
-    def recording(c):
-        cohort = select(c)
-        seen.append((c, cohort, getattr(sim.selector, "last_ready", 0)))
-        return cohort
-
-    sim.selector.select = recording
-    return sim, sim.run(), seen
+    return cost
 
 
-def test_refl_in_the_engine_prefers_rare_clients_and_apt_counts_the_due_stragglers():
+@pytest.fixture
+def simulate(build_simulation, compute_speeds, spy):
+    def simulate(selector):
+        keep = lambda sel, cohort, c: (c, cohort, getattr(sel, "last_ready", 0), getattr(sel, "mean_round_s", 0.0))  # noqa: E731
+        sim = build_simulation({**BASE, "selector": selector},
+                               components={"devices": compute_speeds(_slow_every_fourth),
+                                           "selector": spy("selector", "select", keep)})
+        return sim, sim.run(), sim.selector.calls
+
+    return simulate
+
+
+def test_refl_in_the_engine_prefers_rare_clients_and_apt_counts_the_due_stragglers(simulate):
     sim, res, seen = simulate({"name": "refl_ips", "clients_per_round": K, "apt": "paper"})
     usim, _, _ = simulate({"name": "uniform", "clients_per_round": K})
     assert all(np.isfinite(r["train_loss"]) or r["n_aggregated"] == 0 for r in res.rounds)
@@ -361,8 +366,8 @@ def test_refl_in_the_engine_prefers_rare_clients_and_apt_counts_the_due_straggle
     ushare = usim.population.times_selected[rare].sum() / usim.population.times_selected.sum()
     assert share > ushare
     adapted = 0
-    for c, cohort, ready in seen:
-        due = int((c.pending_arrival_s <= c.time_s + c.mean_round_s).sum()) if c.mean_round_s > 0 else \
+    for c, cohort, ready, mu in seen:  # μ_t: the selector's moving-average round duration at selection
+        due = int((c.pending_arrival_s <= c.time_s + mu).sum()) if mu > 0 else \
             int((c.pending_arrival_s <= c.time_s + 1000.0).sum())
         assert ready == due
         assert len(cohort.clients) == min(max(1, K - due), len(c.available))
@@ -372,11 +377,10 @@ def test_refl_in_the_engine_prefers_rare_clients_and_apt_counts_the_due_straggle
     assert sum(r["n_late"] for r in res.rounds) > 0
 
 
-def test_rounds_with_nobody_available_run_with_an_empty_cohort():
+def test_rounds_with_nobody_available_run_with_an_empty_cohort(build_simulation):
     raw = {**BASE, "rounds": 30, "data": {"name": "synthetic", "num_clients": 5, "alpha": 0.5, "beta": 0.5},
            "selector": {"name": "refl_ips", "clients_per_round": 2, "apt": "paper"}}
-    exp = expand(raw)[0]
-    sim = Simulation(exp, prepare([exp]).dataset_for(exp, 0), 0)
+    sim = build_simulation(raw)
     res = sim.run()  # biased availability over 5 clients: p = 0.5 ... 0.3, nobody online in some rounds
     empty = [r for r in res.rounds if r["n_available"] == 0]
     assert empty and all(r["n_selected"] == 0 for r in empty)

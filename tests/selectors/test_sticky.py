@@ -8,10 +8,7 @@ import torch
 from pydantic import ValidationError
 
 from turnout import rng as rngmod
-from turnout.config.loader import expand
-from turnout.engine import Simulation
 from turnout.errors import ConfigError
-from turnout.experiment import prepare
 from turnout.selectors.base import RoundFeedback, SelectionContext
 from turnout.selectors.sticky import StickySelector, resample_probability
 from turnout.selectors.uniform import UniformSelector
@@ -30,7 +27,7 @@ def sticky(w, **kw):
 def ctx(w, r, available=None, launch=10):
     avail = np.arange(w.num_clients) if available is None else np.asarray(available, dtype=np.int64)
     return SelectionContext(round=r, time_s=0.0, available=avail, launch=launch,
-                            rng=rngmod.stream(0, "selection", r), world=w, availability=None, mean_round_s=0.0,
+                            rng=rngmod.stream(0, "selection", r), world=w, availability=None,
                             probe_loss=None)
 
 
@@ -392,14 +389,8 @@ BASE = {
 }
 
 
-def simulate(raw, seed=0):
-    exp = expand(raw)[0]
-    data = prepare([exp]).dataset_for(exp, seed)
-    sim = Simulation(exp, data, seed)
-    return sim, sim.run()
 
-
-def test_engine_run_wait_all():
+def test_engine_run_wait_all(simulate):
     sim, res = simulate(BASE)
     assert [r["n_selected"] for r in res.rounds] == [5] * 4
     assert all(r["n_aggregated"] == 5 for r in res.rounds)
@@ -407,7 +398,7 @@ def test_engine_run_wait_all():
     assert len(sim.selector.group) == 10
 
 
-def test_engine_run_over_commit():
+def test_engine_run_over_commit(simulate):
     sim, res = simulate({**BASE, "round_mode": {"name": "over_commit", "oc": 1.3}})
     assert [r["n_selected"] for r in res.rounds] == [7] * 4  # ceil(1.3·5)
     assert all(r["n_aggregated"] == 5 for r in res.rounds)

@@ -7,7 +7,7 @@ from torch import nn
 
 from turnout.models.flat import FlatModel
 from turnout.training.config import LRSchedule, TrainConfig
-from turnout.training.local_sgd import LocalTrainer, batch_indices, evaluate, evaluate_many
+from turnout.training.local_sgd import LocalObjective, LocalTrainer, batch_indices, evaluate, evaluate_many
 
 
 def make_problem(seed=0, n=64, d=5, c=3):
@@ -56,7 +56,7 @@ def test_autograd_and_functional_backends_agree():
     assert a.mean_loss == pytest.approx(b.mean_loss, rel=1e-6)
 
 
-def test_training_lowers_loss_and_grad_hook_applies():
+def test_training_lowers_loss():
     fm, x, y = make_problem(4)
     cfg = TrainConfig(batch_size=64, local_steps=50, lr=0.5)
     start = fm.flat_params()
@@ -64,10 +64,35 @@ def test_training_lowers_loss_and_grad_hook_applies():
     before = evaluate(fm, start, {}, x, y)[1]
     res = tr.train(start, {}, x, y, 50, 0.5, np.random.default_rng(0))
     assert evaluate(fm, res.params, {}, x, y)[1] < before - 0.05
-    # a hook that zeroes the gradient freezes the model
-    frozen = tr.train(start, {}, x, y, 5, 0.5, np.random.default_rng(0),
-                      grad_hook=lambda p, g: {k: torch.zeros_like(v) for k, v in g.items()})
-    torch.testing.assert_close(frozen.params, start)
+    assert res.grad_sum is None
+
+
+def test_frozen_objective_sums_the_gradients_at_the_start_point():
+    fm, x, y = make_problem(4)
+    tr = LocalTrainer(fm, TrainConfig(batch_size=16, local_steps=5, lr=0.5))
+    start = fm.flat_params()
+    frozen = tr.train(start, {}, x, y, 5, 0.5, np.random.default_rng(0), objective=LocalObjective(freeze=True))
+    torch.testing.assert_close(frozen.params, start)  # the model did not move
+    expected = torch.zeros_like(start)
+    for idx in batch_indices(len(y), 16, 5, np.random.default_rng(0)):
+        g, _ = tr.grad_and_loss(fm.unflatten(start.clone()), {}, torch.from_numpy(x[idx]), torch.from_numpy(y[idx]))
+        expected += fm.flatten(g)
+    torch.testing.assert_close(frozen.grad_sum, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_offset_and_proximal_objectives_change_the_step_as_stated():
+    fm, x, y = make_problem(4)
+    tr = LocalTrainer(fm, TrainConfig(batch_size=16, local_steps=1, lr=0.1))
+    start = fm.flat_params()
+    idx = batch_indices(len(y), 16, 1, np.random.default_rng(0))[0]
+    g, _ = tr.grad_and_loss(fm.unflatten(start.clone()), {}, torch.from_numpy(x[idx]), torch.from_numpy(y[idx]))
+    g = fm.flatten(g)
+    offset = torch.linspace(-1, 1, fm.dim)
+    one = tr.train(start, {}, x, y, 1, 0.1, np.random.default_rng(0), objective=LocalObjective(offset=offset, scale=0.5))
+    torch.testing.assert_close(one.params, start - 0.1 * (0.5 * g + offset), rtol=1e-5, atol=1e-6)
+    # at the start point the proximal term μ(w − w_start) is zero: one step equals plain SGD's
+    prox = tr.train(start, {}, x, y, 1, 0.1, np.random.default_rng(0), objective=LocalObjective(prox_mu=3.0))
+    torch.testing.assert_close(prox.params, start - 0.1 * g, rtol=1e-5, atol=1e-6)
 
 
 def test_evaluate_many_matches_per_segment_evaluate():

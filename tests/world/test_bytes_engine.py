@@ -5,10 +5,9 @@ import torch
 
 from turnout.algorithms.base import Algorithm
 from turnout.compressors.base import sparse_bytes
-from turnout.config.loader import expand
-from turnout.engine import Simulation
-from turnout.experiment import prepare
-from turnout.selectors.base import Cohort, Selector
+from turnout.compressors.none import NoCompression
+from turnout.records import Cohort
+from turnout.selectors.base import Selector
 
 RAW = {"name": "bytes", "rounds": 6, "data": {"name": "synthetic", "num_clients": 8}, "model": {"name": "logreg"},
        "train": {"batch_size": 10, "local_steps": 1}, "selector": {"name": "uniform", "clients_per_round": 2},
@@ -45,27 +44,29 @@ class Schedule(Selector):
         return Cohort(c, np.ones(2))
 
 
-def run():
-    exp = expand(RAW)[0]
-    data = prepare([exp]).dataset_for(exp, 0)
-    sim = Simulation(exp, data, 0)
-    sim.algorithm = HandUpdates(None, sim.algorithm.ctx)
-    sim.selector = Schedule(None, sim.world)
-    downloads = {}
-    orig = sim.compressor.download_bytes
+class PricingSpy(NoCompression):
+    """No compression, recording what each priced download lacked (one entry per round)."""
 
-    def spy(lacking):
-        out = orig(lacking)
-        downloads.setdefault(len(downloads), lacking.copy())
-        return out
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.downloads = {}
 
-    sim.compressor.download_bytes = spy
+    def download_bytes(self, lacking):
+        self.downloads.setdefault(len(self.downloads), lacking.copy())
+        return super().download_bytes(lacking)
+
+
+def run(build_simulation):
+    sim = build_simulation(RAW, components={
+        "algorithm": lambda ctx: HandUpdates(None, ctx.algorithm_context),
+        "selector": lambda ctx: Schedule(None, ctx.world),
+        "compressor": lambda ctx: PricingSpy(ctx.exp["compressor"].cfg, ctx.dim, 0, ctx.store)})
     res = sim.run()
-    return sim, res, downloads
+    return sim, res, sim.compressor.downloads
 
 
-def test_stale_client_downloads_union_of_missed_supports():
-    sim, res, lacking = run()
+def test_stale_client_downloads_union_of_missed_supports(build_simulation):
+    sim, res, lacking = run(build_simulation)
     # Round 0: both clients download the full initial model.
     assert lacking[0].tolist() == [DIM, DIM]
     assert res.rounds[0]["bytes_down"] == 2 * DIM * 4

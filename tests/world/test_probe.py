@@ -4,10 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from turnout.config.loader import expand
-from turnout.engine import Simulation
-from turnout.experiment import prepare
-from turnout.selectors.base import Cohort, Selector
+from turnout.records import Cohort
+from turnout.selectors.base import Selector
 from turnout.training.local_sgd import evaluate
 
 RAW = {"name": "probe", "rounds": 2, "data": {"name": "synthetic", "num_clients": 10}, "model": {"name": "logreg"},
@@ -34,11 +32,9 @@ class ProbeThenPickWorst(Selector):
         return Cohort(pick, np.ones(2))
 
 
-def test_probe_losses_and_costs():
-    exp = expand(RAW)[0]
-    data = prepare([exp]).dataset_for(exp, 0)
-    sim = Simulation(exp, data, 0)
-    sim.selector = ProbeThenPickWorst(None, sim.world)
+def test_probe_losses_and_costs(build_simulation):
+    sim = build_simulation(RAW, components={"selector": lambda ctx: ProbeThenPickWorst(None, ctx.world)})
+    data = sim.data
     start = sim.params.clone()
     row0 = sim.step(0)
     _, losses = ProbeThenPickWorst.seen[-1]

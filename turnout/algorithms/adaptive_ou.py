@@ -102,6 +102,9 @@ class AdaptiveOU(Algorithm):
     Config = AdaptiveOUConfig
     update_kind = "nack_or_delta"  # a NACK is (norm, 0, …, 0): a compressor would corrupt it
 
+    state_attrs = ("threshold", "ou", "predicted", "prev_params", "full_uploads", "nacks")
+    scratch_attrs = ("round", "last_metrics")
+
     def __init__(self, cfg: AdaptiveOUConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
         if ctx.dim < 2:
@@ -125,7 +128,8 @@ class AdaptiveOU(Algorithm):
             return bool(u < self.cfg.prob_transmit)
         return norm > self.threshold
 
-    def client_update(self, client: int, start: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
+    def client_update(self, client: int, start: torch.Tensor, end: torch.Tensor,
+                      grad_sum: torch.Tensor | None = None) -> torch.Tensor:
         delta = end - start
         norm = float(torch.linalg.vector_norm(delta))
         if not math.isfinite(norm):
@@ -209,13 +213,3 @@ class AdaptiveOU(Algorithm):
         """Extra columns for the round's row: threshold, full uploads, NACKs."""
         return dict(self.last_metrics)
 
-    def state_dict(self) -> dict[str, object]:
-        return {"threshold": self.threshold, "predicted": self.predicted.clone(), "prev_params": self.prev_params,
-                "full_uploads": self.full_uploads, "nacks": self.nacks, "ou": self.ou.state_dict()}
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        state = dict(state)
-        ou = state.pop("ou", None)
-        if ou is not None:
-            self.ou.load_state_dict(ou)
-        super().load_state_dict(state)

@@ -1,8 +1,9 @@
 """The algorithm interface, in the style of pfl-research's typed hooks.
 
 The client rule is split into three small hooks over tensors — where local training starts,
-how the local gradient is changed, what is sent back — so every executor (sequential,
-vectorised, Ray) runs the same rule. The server rule sees every report of a round as one batch
+how the local gradient is changed (a :class:`~turnout.training.local_sgd.LocalObjective` record,
+not a callback), what is sent back — so every executor (sequential, vectorised, parallel) runs the
+same rule. The server rule sees every report of a round as one batch
 (struct-of-arrays), including late ones with their staleness.
 """
 
@@ -15,17 +16,19 @@ import numpy as np
 import torch
 from pydantic import BaseModel
 
+from ..records import Reports
 from ..registry import Registry
+from ..state import Stateful
 from ..training.config import TrainConfig
-from ..training.local_sgd import GradHook
+from ..training.local_sgd import LocalObjective
 from ..world.state_store import ClientStateStore
 
 ALGORITHMS: Registry = Registry("algorithm", "client rule + server rule + their state")
 
 
-@dataclass
+@dataclass(frozen=True)
 class AlgorithmContext:
-    """What an algorithm may know about the world when it is built."""
+    """What an algorithm may know about the world when it is built (immutable)."""
 
     num_clients: int
     dim: int
@@ -43,46 +46,21 @@ class AlgorithmContext:
             return np.full(n, 1.0 / n)
         return np.asarray(self.n_train, np.float64) / total
 
+    def __post_init__(self) -> None:
+        if self.store is None:  # an algorithm built on its own (tests): an unbudgeted in-RAM store
+            object.__setattr__(self, "store", ClientStateStore(self.dim, self.num_clients, 1 << 62))
+
     def state_store(self) -> ClientStateStore:
-        """The engine's store, or an unbudgeted in-RAM one when an algorithm is built on its own (tests)."""
-        if self.store is None:
-            self.store = ClientStateStore(self.dim, self.num_clients, 1 << 62)
+        """The engine's per-client state store."""
         return self.store
 
 
-@dataclass
-class Reports:
-    """The reports a server aggregates in one round, aligned by row.
+class Algorithm(Stateful, ABC):
+    """Client rule + server rule. Subclasses implement :meth:`aggregate`; the client hooks default to FedAvg's.
 
-    ``updates`` are the decoded uploads (after the compressor), ``weights`` come from the
-    selector (relative if ``normalize``), ``staleness`` is 0 for fresh reports and the number of
-    rounds late otherwise.
+    Server-side state (moments, memories' running sums, counters) is declared in ``state_attrs``;
+    model-sized per-client state lives in the client-state store, which is checkpointed with the run.
     """
-
-    clients: np.ndarray
-    updates: torch.Tensor  # (k, dim)
-    weights: np.ndarray
-    normalize: bool
-    n_samples: np.ndarray
-    losses: np.ndarray
-    staleness: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.clients)
-
-    def weighted_mean(self) -> torch.Tensor:
-        """Σ w_i u_i (divided by Σ w_i when weights are relative); zero when there are no reports."""
-        if len(self) == 0:
-            return torch.zeros(self.updates.shape[1], dtype=self.updates.dtype)
-        w = torch.as_tensor(self.weights, dtype=self.updates.dtype)
-        if self.normalize:
-            total = float(w.sum())
-            w = w / total if total > 0 else torch.full_like(w, 1.0 / len(w))
-        return w @ self.updates
-
-
-class Algorithm(ABC):
-    """Client rule + server rule. Subclasses implement :meth:`aggregate`; the client hooks default to FedAvg's."""
 
     Config: type[BaseModel]
     #: model-sized vectors sent down / up per participating client per round (FedSUM sends 2 down).
@@ -121,12 +99,17 @@ class Algorithm(ABC):
         """Where the client's local training starts (default: the global model it downloaded)."""
         return global_params
 
-    def grad_hook(self, client: int, start: torch.Tensor) -> GradHook | None:
-        """How the client's local gradient is modified (FedProx, SCAFFOLD). Default: unchanged."""
+    def local_objective(self, client: int, start: torch.Tensor) -> LocalObjective | None:
+        """How the client's local gradient is changed (FedProx, SCAFFOLD, FedSUM), as data. Default: unchanged."""
         return None
 
-    def client_update(self, client: int, start: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
-        """What the client uploads (default: the model delta, new minus old)."""
+    def client_update(self, client: int, start: torch.Tensor, end: torch.Tensor,
+                      grad_sum: torch.Tensor | None = None) -> torch.Tensor:
+        """What the client uploads, from where it started and ended (default: the model delta).
+
+        ``grad_sum`` is the sum of the minibatch gradients at the start point when the client's
+        objective froze the model (FedSUM-B); ``None`` otherwise.
+        """
         return end - start
 
     def upload_bytes(self, round: int, clients: np.ndarray, uploads: torch.Tensor,
@@ -149,10 +132,3 @@ class Algorithm(ABC):
     def round_metrics(self) -> dict[str, object]:
         """Extra columns of this round's row in ``rounds.csv`` (thresholds, NACK counts, …)."""
         return {}
-
-    def state_dict(self) -> dict[str, object]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        for k, v in state.items():
-            setattr(self, k, v)

@@ -42,6 +42,9 @@ class FedAU(Algorithm):
 
     Config = FedAUConfig
 
+    state_attrs = ("absent", "interval_sum", "interval_count")
+    scratch_attrs = ("last_weights",)  # ω_i of the latest round, for diagnostics
+
     def __init__(self, cfg: FedAUConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
         n = int(ctx.num_clients)
@@ -77,6 +80,3 @@ class FedAU(Algorithm):
         w = torch.as_tensor(omega / self.num_clients, dtype=reports.updates.dtype)
         return global_params + self.cfg.server_lr_at(round) * (w @ reports.updates)
 
-    def state_dict(self) -> dict[str, object]:
-        return {"absent": self.absent.copy(), "interval_sum": self.interval_sum.copy(),
-                "interval_count": self.interval_count.copy()}

@@ -42,6 +42,8 @@ class FedAvg(Algorithm):
 
     Config = FedAvgConfig
 
+    state_attrs = ("momentum_buf",)
+
     def __init__(self, cfg: FedAvgConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
         self.momentum_buf: torch.Tensor | None = None

@@ -53,6 +53,8 @@ class FedAWE(Algorithm):
 
     Config = FedAWEConfig
 
+    state_attrs = ("echo", "x0", "copy_sum", "pending")
+
     def __init__(self, cfg: FedAWEConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
         self.store = ctx.state_store()
@@ -113,5 +115,3 @@ class FedAWE(Algorithm):
         self._sync(global_params)
         return (self.copy_sum / self.num_clients).to(global_params.dtype)
 
-    def state_dict(self) -> dict[str, object]:
-        return {"echo": self.echo.copy(), "x0": self.x0, "copy_sum": self.copy_sum, "pending": self.pending.copy()}

@@ -29,10 +29,9 @@ How it maps onto the engine's hooks, and the choices made:
   does: ``x_K = x_0 − η Σ_k (g_k + c)`` ⇒ ``(1/K) Σ_k g_k = (x_0 − x_K)/(K η) − c``. The client rule is
   therefore a pure function of tensors (any executor, no side channel), and **needs plain local SGD**
   (``train.momentum = 0``, ``weight_decay = 0``, no ``grad_clip``), as the spec's training protocol has.
-* FedSUM-B evaluates all K gradients at ``x^t``: its gradient hook adds each gradient to a per-client
-  accumulator and returns zero, so the local model does not move. This side channel works whenever the
-  hook and ``client_update`` run in the same process (sequential executor, a Ray worker); a ``vmap``-ed
-  executor would need a "gradients at the start point" trainer mode, which the engine does not have yet.
+* FedSUM-B evaluates all K gradients at ``x^t``: its local objective freezes the model and the trainer
+  returns the sum of the K gradients, which ``client_update`` receives — a pure function of tensors
+  too, so every executor runs it.
 * ``K`` is the client's own number of local steps (from ``begin_round``); ``γ_t`` uses the cohort's mean
   ``K`` (all equal with ``train.local_steps``), or the last known one when the cohort is empty.
 * **Client state is committed when the report reaches the server** (in :meth:`aggregate`), as
@@ -57,9 +56,9 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from ..training.local_sgd import GradHook, Params
-from .fedavg import ServerLRConfig
+from ..training.local_sgd import LocalObjective
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
+from .fedavg import ServerLRConfig
 
 Y_SLOT = "fedsum_y"
 XTILDE_SLOT = "fedsum_cr_xtilde"
@@ -79,18 +78,6 @@ class FedSUMConfig(FedSUMBConfig):
                                 "rejected alternative c_i = y − p_i y_i, local direction p_i g + c_i")
 
 
-def split_like(vec: torch.Tensor, like: Params) -> Params:
-    """A flat vector cut into tensors with the names and shapes of ``like`` (in its order = the flat layout)."""
-    out, at = {}, 0
-    for name, t in like.items():
-        n = t.numel()
-        out[name] = vec[at:at + n].view(t.shape).to(t.dtype)
-        at += n
-    if at != vec.numel():
-        raise ValueError(f"vector of {vec.numel()} entries does not match parameters of {at} entries")
-    return out
-
-
 class _SUM(Algorithm):
     """The stochastic uplink-merge server and the per-client state common to the three variants."""
 
@@ -98,7 +85,9 @@ class _SUM(Algorithm):
     downlink_vectors = 1
     uplink_vectors = 1
     update_kind = "gradient_difference"  # Δ_i = y_i^{t+1} − y_i^t
-    requires_plain_sgd = True  # gradients are recovered from the plain-SGD end point (or the hook's sum)
+    requires_plain_sgd = True  # gradients are recovered from the plain-SGD end point (or the trainer's sum)
+    state_attrs = ("y", "gammas", "k_mean")
+    scratch_attrs = ("round", "lr", "steps", "cohort")  # this round's, set by begin_round
 
     def __init__(self, cfg: FedSUMBConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
@@ -147,39 +136,23 @@ class _SUM(Algorithm):
         """``y_i`` for ``clients`` (zeros for clients never merged)."""
         return self.store.get(Y_SLOT, np.asarray(clients, np.int64))
 
-    def state_dict(self) -> dict[str, object]:
-        return {"y": self.y.clone(), "gammas": list(self.gammas), "k_mean": self.k_mean}
-
-
 @ALGORITHMS.register("fedsum_b")
 class FedSUMB(_SUM):
     """FedSUM-B: K gradients at the received model (no local steps), one vector up, merged by stochastic uplink-merge."""
 
     Config = FedSUMBConfig
 
-    def __init__(self, cfg: FedSUMBConfig, ctx: AlgorithmContext):
-        super().__init__(cfg, ctx)
-        self._acc: dict[int, torch.Tensor] = {}
+    def local_objective(self, client: int, start: torch.Tensor) -> LocalObjective:
+        return LocalObjective(freeze=True)  # the local model stays at x^t; the trainer sums the K gradients
 
-    def grad_hook(self, client: int, start: torch.Tensor) -> GradHook | None:
-        acc = torch.zeros_like(start)
-        self._acc[client] = acc
-
-        def hook(params: Params, grads: Params) -> Params:
-            acc.add_(torch.cat([g.reshape(-1) for g in grads.values()]).to(acc.dtype))
-            return {k: torch.zeros_like(g) for k, g in grads.items()}  # the local model stays at x^t
-
-        return hook
-
-    def client_update(self, client: int, start: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
+    def client_update(self, client: int, start: torch.Tensor, end: torch.Tensor,
+                      grad_sum: torch.Tensor | None = None) -> torch.Tensor:
         y_old = self.store.get(Y_SLOT, np.array([client]))[0].to(start.dtype)
-        acc = self._acc.pop(client, None)
         if not self._trains(client):
             return torch.zeros_like(start)
-        if acc is None:
-            raise RuntimeError("FedSUM-B needs its gradient hook to run in the same process as client_update "
-                               "(sequential executor or one worker per client)")
-        return acc / self.steps[client] - y_old  # Δ_i = y_i^{t+1} − y_i^t
+        if grad_sum is None:
+            raise ValueError("FedSUM-B's client update needs the gradient sum of a frozen local objective")
+        return grad_sum / self.steps[client] - y_old  # Δ_i = y_i^{t+1} − y_i^t
 
 
 @ALGORITHMS.register("fedsum")
@@ -202,18 +175,12 @@ class FedSUM(_SUM):
         p = float(self.p[client])
         return d - p * y_i, y_i, p
 
-    def grad_hook(self, client: int, start: torch.Tensor) -> GradHook | None:
+    def local_objective(self, client: int, start: torch.Tensor) -> LocalObjective:
         c, _, scale = self.correction(client, start)
+        return LocalObjective(offset=c, scale=scale)
 
-        def hook(params: Params, grads: Params) -> Params:
-            cs = split_like(c, grads)
-            if scale == 1.0:
-                return {k: g + cs[k] for k, g in grads.items()}
-            return {k: scale * g + cs[k] for k, g in grads.items()}
-
-        return hook
-
-    def client_update(self, client: int, start: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
+    def client_update(self, client: int, start: torch.Tensor, end: torch.Tensor,
+                      grad_sum: torch.Tensor | None = None) -> torch.Tensor:
         c, y_i, scale = self.correction(client, start)
         if not self._trains(client):
             return torch.zeros_like(start)
@@ -228,6 +195,8 @@ class FedSUMCR(FedSUM):
 
     Config = FedSUMConfig
     downlink_vectors = 1  # x^t only
+
+    state_attrs = ("last_selected", "x0")
 
     def __init__(self, cfg: FedSUMConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
@@ -269,8 +238,4 @@ class FedSUMCR(FedSUM):
             self.store.put(XTILDE_SLOT, self.cohort, global_params.detach().expand(len(self.cohort), -1))
             self.last_selected[self.cohort] = round
 
-    def state_dict(self) -> dict[str, object]:
-        return {**super().state_dict(), "last_selected": self.last_selected.copy(), "x0": self.x0}
-
-
-__all__ = ["FedSUM", "FedSUMB", "FedSUMCR", "split_like"]
+__all__ = ["FedSUM", "FedSUMB", "FedSUMCR"]

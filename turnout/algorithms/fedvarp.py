@@ -36,6 +36,8 @@ class FedVARP(Algorithm):
 
     Config = FedVARPConfig
 
+    state_attrs = ("memory",)
+
     def __init__(self, cfg: FedVARPConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
         self.num_clients = int(ctx.num_clients)
@@ -49,8 +51,3 @@ class FedVARP(Algorithm):
         d = before + corr / len(reports)
         return global_params + self.cfg.server_lr_at(round) * d.to(global_params.dtype)
 
-    def state_dict(self) -> dict[str, object]:
-        return {"memory_sum": self.memory.sum.clone()}
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        self.memory.sum = state["memory_sum"].clone()

@@ -36,6 +36,8 @@ class MIFA(Algorithm):
 
     Config = MIFAConfig
 
+    state_attrs = ("memory",)
+
     def __init__(self, cfg: MIFAConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
         self.num_clients = int(ctx.num_clients)
@@ -47,8 +49,3 @@ class MIFA(Algorithm):
         d = (self.memory.sum / self.num_clients).to(global_params.dtype)
         return global_params + self.cfg.server_lr_at(round) * d
 
-    def state_dict(self) -> dict[str, object]:
-        return {"memory_sum": self.memory.sum.clone()}
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        self.memory.sum = state["memory_sum"].clone()

@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import torch
 
+from ..state import Stateful
 
-class OUEstimator:
+
+class OUEstimator(Stateful):
     """Rolling-sum least-squares fit of ``x_{t+1} = a x_t + b`` per coordinate."""
+
+    state_attrs = ("n", "s_x", "s_xx", "s_y", "s_yy", "s_xy")
 
     def __init__(self, dim: int, dtype: torch.dtype = torch.float64):
         self.dim, self.dtype = int(dim), dtype
@@ -64,10 +68,3 @@ class OUEstimator:
         d = torch.where(torch.isfinite(d), d, torch.zeros_like(d))
         return d.to(x.dtype).reshape(x.shape)
 
-    def state_dict(self) -> dict[str, object]:
-        return {"n": self.n, "s_x": self.s_x, "s_xx": self.s_xx, "s_y": self.s_y, "s_yy": self.s_yy,
-                "s_xy": self.s_xy}
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        for k, v in state.items():
-            setattr(self, k, v)

@@ -60,6 +60,9 @@ class SAFA(Algorithm):
     Config = SAFAConfig
     uses_stale_updates = True
 
+    state_attrs = ("version", "x0", "cache_sum", "history")
+    scratch_attrs = ("last_deprecated",)
+
     def __init__(self, cfg: SAFAConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
         self.max_staleness = int(cfg.max_staleness)
@@ -121,10 +124,5 @@ class SAFA(Algorithm):
     def round_metrics(self) -> dict[str, object]:
         """Extra row columns: cache entries force-synced this round."""
         return {"safa_deprecated": self.last_deprecated}
-
-    def state_dict(self) -> dict[str, object]:
-        return {"version": self.version.copy(), "x0": self.x0, "cache_sum": self.cache_sum,
-                "history": dict(self.history)}
-
 
 __all__ = ["SAFA"]

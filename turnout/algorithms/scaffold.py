@@ -6,7 +6,7 @@ nothing until they participate and a RAM budget spills the rest to disk.
 
 Client ``i`` (K local steps at lr η, both known to the server from ``begin_round``):
 
-    y ← y − η (g_i(y) − c_i + c)            K steps from y = x^t      (the gradient hook adds c − c_i)
+    y ← y − η (g_i(y) − c_i + c)            K steps from y = x^t      (the local objective adds c − c_i)
     c_i⁺ = c_i − c + (x^t − y_K)/(K η)      option II
     Δy = y_K − x^t,   Δc = c_i⁺ − c_i = −c − Δy/(K η)
 
@@ -39,10 +39,9 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from ..training.local_sgd import GradHook, Params
+from ..training.local_sgd import LocalObjective
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import ServerLRConfig
-from .fedprox import split_like
 
 SLOT = "scaffold/c_i"
 
@@ -65,6 +64,9 @@ class Scaffold(Algorithm):
     def upload_kind(cls, cfg: ScaffoldConfig) -> str:
         return "model_delta" if cfg.form == "original" else "control_variate"
 
+    state_attrs = ("c",)
+    scratch_attrs = ("_steps", "_lr")  # this round's K_i and η, set by begin_round
+
     def __init__(self, cfg: ScaffoldConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
         self.uplink_vectors = 2 if cfg.form == "original" else 1
@@ -84,19 +86,12 @@ class Scaffold(Algorithm):
         k = np.array([max(1, int(self._steps.get(int(c), 1))) for c in clients], dtype=np.float64)
         return torch.from_numpy(k * self._lr)
 
-    def grad_hook(self, client: int, start: torch.Tensor) -> GradHook | None:
-        corr_flat = (self.c - self.store.get(SLOT, np.array([client]))[0].double()).to(start.dtype)
-        corr: dict[str, Params] = {}
+    def local_objective(self, client: int, start: torch.Tensor) -> LocalObjective:
+        """The drift correction ``g + c − c_i``."""
+        return LocalObjective(offset=(self.c - self.store.get(SLOT, np.array([client]))[0].double()).to(start.dtype))
 
-        def hook(params: Params, grads: Params) -> Params:
-            if not corr:
-                corr["v"] = split_like(corr_flat, params)
-            v = corr["v"]
-            return {k: g + v[k] for k, g in grads.items()}
-
-        return hook
-
-    def client_update(self, client: int, start: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
+    def client_update(self, client: int, start: torch.Tensor, end: torch.Tensor,
+                      grad_sum: torch.Tensor | None = None) -> torch.Tensor:
         dy = end - start
         if self.cfg.form == "original":
             return dy
@@ -124,5 +119,3 @@ class Scaffold(Algorithm):
         self.c = self.c + dc.sum(0).double() / self.num_clients
         return new
 
-    def state_dict(self) -> dict[str, object]:
-        return {"c": self.c.clone()}

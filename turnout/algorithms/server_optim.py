@@ -29,6 +29,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
+from ..state import Stateful
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import ServerLRConfig
 
@@ -42,12 +43,14 @@ class AdaptiveServerConfig(ServerLRConfig):
         "reddi", description="reddi: m = 0, v = τ²; fedscale: the first round's Δ sets m = Δ, v = Δ² and is applied as is")
 
 
-class AdaptiveStep:
+class AdaptiveStep(Stateful):
     """Adam or Yogi moments over the server's pseudo-gradient; any server rule can apply it to its aggregate.
 
     ``step(round, delta)`` returns the increment to add to the model (REFL, for instance, applies
     YoGi to its staleness-weighted aggregate).
     """
+
+    state_attrs = ("m", "v")
 
     def __init__(self, cfg: AdaptiveServerConfig, rule: Literal["adam", "yogi"]):
         self.cfg, self.rule = cfg, rule
@@ -74,6 +77,7 @@ class AdaptiveStep:
 class _AdaptiveServer(Algorithm):
     Config = AdaptiveServerConfig
     rule: Literal["adam", "yogi"]
+    state_attrs = ("opt",)
 
     def __init__(self, cfg: AdaptiveServerConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
@@ -91,13 +95,6 @@ class _AdaptiveServer(Algorithm):
         if len(reports) == 0:
             return global_params
         return global_params + self.opt.step(round, reports.weighted_mean())
-
-    def state_dict(self) -> dict[str, object]:
-        return {"m": self.opt.m, "v": self.opt.v}
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        self.opt.m, self.opt.v = state.get("m"), state.get("v")
-
 
 @ALGORITHMS.register("fedadam")
 class FedAdam(_AdaptiveServer):

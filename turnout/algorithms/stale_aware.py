@@ -47,8 +47,9 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from .fedavg import ServerLRConfig
+from ..state import Stateful
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
+from .fedavg import ServerLRConfig
 
 #: ``max_staleness`` used when there is no bound (the engine compares ``round − origin ≤ max_staleness``).
 UNBOUNDED = 2**62
@@ -108,8 +109,10 @@ def refl_deviation(fresh: torch.Tensor, fresh_w: np.ndarray, stale: torch.Tensor
     return lam, ratio
 
 
-class _Pending:
+class _Pending(Stateful):
     """Stale reports held back one round (``timing: refl_code``)."""
+
+    state_attrs = ("clients", "updates", "weights", "staleness", "n_samples", "losses")
 
     def __init__(self, dim: int):
         self.clients = np.zeros(0, np.int64)
@@ -125,6 +128,9 @@ class StaleAware(Algorithm):
     """Stale-aware aggregation of late arrivals: REFL (deviation boost), Equal, DynSGD, AdaSGD or Average weights."""
 
     Config = StaleAwareConfig
+
+    state_attrs = ("pending", "history")
+    scratch_attrs = ("last_stale_factor_mean", "last_deviation")
 
     def __init__(self, cfg: StaleAwareConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
@@ -213,9 +219,5 @@ class StaleAware(Algorithm):
     def round_metrics(self) -> dict[str, object]:
         """Extra row columns: mean staleness factor of the stale reports."""
         return {"stale_weight_mean": self.last_stale_factor_mean}
-
-    def state_dict(self) -> dict[str, object]:
-        return {"history": dict(self.history), "pending": self.pending}
-
 
 __all__ = ["StaleAware", "refl_deviation", "staleness_factors", "UNBOUNDED"]

@@ -9,11 +9,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..state import Stateful
 from ..world.state_store import ClientStateStore
 
 
-class UpdateMemory:
+class UpdateMemory(Stateful):
     """``y_i`` per client in ``store`` under ``slot``, plus ``Σ_i y_i``."""
+
+    state_attrs = ("sum",)
 
     def __init__(self, store: ClientStateStore, slot: str, dim: int):
         self.store, self.slot = store, slot

@@ -21,6 +21,8 @@ Conventions shared by every mode here (our choices where the spec leaves room):
 
 from __future__ import annotations
 
+from abc import abstractmethod
+
 from typing import Literal
 
 import numpy as np
@@ -46,21 +48,28 @@ class BernoulliAvailability(Availability):
     """Base for models where client ``i`` is online at round ``t`` with probability ``p_{i,t}``.
 
     Subclasses implement :meth:`probabilities`; :meth:`available` thresholds one vector of
-    uniforms per round (O(N), no per-client Python). ``resample_empty`` (FedGS's loop "draw again
-    until someone is active") is read from the config when present.
+    uniforms per round (O(N), no per-client Python). With ``resample_empty`` (FedGS's loop "draw
+    again until someone is active"; set by the FedGS modes from their config) an empty draw is
+    replaced by a draw conditioned on someone being online.
     """
 
+    resample_empty: bool = False
+
+    @abstractmethod
     def probabilities(self, round: int) -> np.ndarray:
         """``p_{i,round}`` for every client, float64 of shape (N,), each in [0, 1]."""
-        raise NotImplementedError
 
     def available(self, round: int, time_s: float) -> np.ndarray:
         p = self.probabilities(round)
         u = rngmod.stream(self.seed, UNIFORM_PURPOSE, round).random(self.num_clients)
         mask = u < p
-        if getattr(self.cfg, "resample_empty", False) and not mask.any():
+        if self.resample_empty and not mask.any():
             mask = self._nonempty(p, round)
         return mask
+
+    def window_fraction(self, clients: np.ndarray, round: int, t0: float, t1: float) -> np.ndarray:
+        """A round-indexed Bernoulli model: ``p_{i,round}`` is the chance of being online in that round."""
+        return np.asarray(self.probabilities(round), dtype=np.float64)[clients]
 
     def _nonempty(self, p: np.ndarray, round: int) -> np.ndarray:
         """A draw of independent Bernoulli(p) conditioned on at least one success.
@@ -158,6 +167,7 @@ class MoreDataFirst(_StaticBernoulli):
 
     def __init__(self, cfg: Config, world: WorldContext):
         super().__init__(cfg, world)
+        self.resample_empty = cfg.resample_empty
         x = _data_sizes(world) ** cfg.beta
         self._p = x / x.max() if len(x) else x
 
@@ -172,6 +182,7 @@ class LessDataFirst(_StaticBernoulli):
 
     def __init__(self, cfg: Config, world: WorldContext):
         super().__init__(cfg, world)
+        self.resample_empty = cfg.resample_empty
         x = _data_sizes(world) ** (-cfg.beta)
         self._p = x / x.max() if len(x) else x
 
@@ -191,6 +202,7 @@ class YMaxFirst(_StaticBernoulli):
 
     def __init__(self, cfg: Config, world: WorldContext):
         super().__init__(cfg, world)
+        self.resample_empty = cfg.resample_empty
         present = _label_presence(world)
         lo, _, _ = _min_max_label(present)
         num_labels = present.shape[1]
@@ -218,6 +230,7 @@ class YCycle(BernoulliAvailability):
 
     def __init__(self, cfg: Config, world: WorldContext):
         super().__init__(cfg, world)
+        self.resample_empty = cfg.resample_empty
         present = _label_presence(world)
         self.num_labels = present.shape[1]
         if cfg.variant == "fedgs":
@@ -261,6 +274,7 @@ class LogNormal(_StaticBernoulli):
 
     def __init__(self, cfg: Config, world: WorldContext):
         super().__init__(cfg, world)
+        self.resample_empty = cfg.resample_empty
         self._p = lognormal_rates(self.seed, self.num_clients, cfg.beta)
 
 
@@ -290,6 +304,7 @@ class SinLogNormal(BernoulliAvailability):
 
     def __init__(self, cfg: Config, world: WorldContext):
         super().__init__(cfg, world)
+        self.resample_empty = cfg.resample_empty
         self.q = lognormal_rates(self.seed, self.num_clients, cfg.beta)
         if cfg.variant == "fedgs":
             theta = np.linspace(0.0, 2.0 * np.pi, self.PERIOD)

@@ -106,6 +106,8 @@ class TraceAvailability(Availability):
     """FedScale-style trace: online in periodic intervals of a .npz or generated trace; drops mid-round."""
 
     Config = TraceAvailabilityConfig
+    state_attrs = ("_pointer",)
+    scratch_attrs = ("_window_cache",)
 
     def __init__(self, cfg: TraceAvailabilityConfig, world: WorldContext):
         super().__init__(cfg, world)
@@ -133,7 +135,8 @@ class TraceAvailability(Availability):
             except DataError as exc:  # an unreadable calibration file
                 raise ConfigError("availability.generator.calibration_path", cfg.generator.calibration_path,
                                   str(exc)) from None
-        self._pointer: np.ndarray | None = None
+        self._pointer: np.ndarray | None = None  # FedScale pointer emulation (lookup: fedscale)
+        self._window_cache: dict = {}
         if cfg.lookup == "exact":
             # the all-clients index (seconds at 10^6 clients) is part of construction, so that no
             # round pays for it; a cached trace already has it
@@ -162,6 +165,20 @@ class TraceAvailability(Availability):
         c = np.asarray(clients, dtype=np.int64)
         return self.trace.online_until(c, self._t(time_s)) - self.cfg.time_offset_s
 
+    def window_fraction(self, clients: np.ndarray, round: int, t0: float, t1: float) -> np.ndarray | None:
+        """The exact share of ``[t0, t1]`` each client's periodic intervals cover."""
+        if self.trace.num_traces != self.num_clients:
+            return None
+        off = self.cfg.time_offset_s
+        return trace_window_fraction(self.trace, clients, t0 + off, t1 + off, self._window_cache)
+
+    def online_throughout(self, clients: np.ndarray, round: int, t0: float, t1: float) -> np.ndarray | None:
+        """Online at ``t0`` and staying at least until ``t1``, from the trace itself (no pointer moves)."""
+        if self.trace.num_traces != self.num_clients:
+            return None
+        off, tr = self.cfg.time_offset_s, self.trace
+        return tr.is_online(clients, t0 + off) & (tr.online_until(clients, t0 + off) >= t1 + off)
+
     # FedScale's ClientMetadata.is_active, vectorised over all clients --------------------------
     def _pointer_online(self, t: float) -> np.ndarray:
         tr = self.trace
@@ -180,3 +197,47 @@ class TraceAvailability(Availability):
             cur = np.minimum(lo + self._pointer, last)
             return has & (tr.start_s[cur] <= tau) & (tau <= tr.end_s[cur])
         return np.zeros(tr.num_traces, bool)
+
+
+def trace_window_fraction(trace: AvailabilityTrace, clients: np.ndarray, t0: float, t1: float,
+                          cache: dict | None = None) -> np.ndarray:
+    """Exact fraction of ``[t0, t1]`` (trace seconds) during which each client is online.
+
+    With ``G_c(τ)`` the online seconds of client ``c`` in ``[0, τ]`` of its period ``P_c`` and
+    ``H_c(x) = ⌊x / P_c⌋·G_c(P_c) + G_c(x mod P_c)``, the answer is ``(H(t1) − H(t0)) / (t1 − t0)``
+    (``t1 == t0``: online at ``t0`` or not). One binary search per client and end point.
+    """
+    c = np.asarray(clients, dtype=np.int64)
+    if len(c) == 0:
+        return np.zeros(0)
+    if t1 <= t0:
+        return trace.is_online(c, t0).astype(np.float64)
+    key = id(trace)
+    idx = cache.get(key) if cache is not None else None
+    if idx is None or idx[0] is not trace:
+        # float64 throughout: the trace may store float32 times, and the running sum spans every client
+        length = trace.end_s.astype(np.float64) - trace.start_s.astype(np.float64)
+        excl = np.concatenate([[0.0], np.cumsum(length)])  # online seconds before interval j (global)
+        big = float(2.0 ** int(np.ceil(np.log2(2.0 * float(trace.period_s.max() if len(trace.period_s) else 1.0)))))
+        keys = np.repeat(np.arange(trace.num_traces, dtype=np.float64) * big, trace.counts()) + trace.start_s
+        idx = (trace, length, excl, big, keys)
+        if cache is not None:
+            cache.clear()
+            cache[key] = idx
+    _, length, excl, big, keys = idx
+    lo, hi = trace.offsets[c], trace.offsets[c + 1]
+    period = trace.period_s[c]
+    total = excl[hi] - excl[lo]
+
+    def h(x: float) -> np.ndarray:
+        cycles = np.floor(x / period)
+        tau = x - cycles * period
+        j = np.searchsorted(keys, c * big + tau, side="right") - 1
+        j = np.clip(j, lo - 1, hi - 1)
+        has = j >= lo
+        jj = np.where(has, j, 0)
+        inside = np.clip(tau - trace.start_s[jj] if len(keys) else 0.0, 0.0, length[jj] if len(keys) else 0.0)
+        g = np.where(has, excl[jj] - excl[lo] + inside, 0.0)
+        return cycles * total + g
+
+    return np.clip((h(t1) - h(t0)) / (t1 - t0), 0.0, 1.0)

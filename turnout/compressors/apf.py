@@ -40,6 +40,7 @@ class APF(Compressor):
         accounting: Literal["exact", "gluefl_code"] = Field("exact", description=ACCOUNTING_HELP)
 
     accepts = frozenset({"model_delta"})
+    state_attrs = ("active", "ema_g", "ema_abs", "freeze_len", "unfreeze_at")
 
     def __init__(self, cfg: Config, dim: int, seed: int, store=None, layout=None):
         super().__init__(cfg, dim, seed, store)
@@ -89,11 +90,3 @@ class APF(Compressor):
             return code_download_bytes(lacking, self.dim)
         n_frozen = self.dim - int(self.active.sum())
         return sparse_bytes(lacking, self.dim) + int(index_bytes(n_frozen, self.dim))  # + the frozen mask
-
-    def state_dict(self) -> dict[str, object]:
-        return {"active": self.active.clone(), "ema_g": self.ema_g.clone(), "ema_abs": self.ema_abs.clone(),
-                "freeze_len": self.freeze_len.clone(), "unfreeze_at": self.unfreeze_at.clone()}
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        for k, v in state.items():
-            setattr(self, k, v)

@@ -14,6 +14,8 @@ import torch
 from pydantic import BaseModel
 
 from ..registry import Registry
+from ..records import Cohort
+from ..state import Stateful
 from ..world.state_store import ClientStateStore
 
 COMPRESSORS: Registry = Registry("compressor", "what goes on the wire up and down, with error feedback")
@@ -30,8 +32,12 @@ def sparse_bytes(nnz: np.ndarray | int, dim: int, value_bytes: int = VALUE_BYTES
     return np.where(nnz >= dim, dense, np.minimum(coded, dense))
 
 
-class Compressor(ABC):
-    """Encodes client uploads and prices downloads from what each client lacks."""
+class Compressor(Stateful, ABC):
+    """Encodes client uploads and prices downloads from what each client lacks.
+
+    Server-side state (masks, server residuals) is declared in ``state_attrs``; per-client
+    residuals live in the client-state store.
+    """
 
     Config: type[BaseModel]
     #: the upload kinds (``Algorithm.update_kind``) this compressor may encode; ``None`` = any.
@@ -46,9 +52,8 @@ class Compressor(ABC):
         self.store = store  # per-client residuals (error feedback) live here
         self.tensor_sizes = list(layout) if layout is not None else [dim]  # the model's parameter tensors
 
-    def begin_round(self, round: int, clients: np.ndarray, weights: np.ndarray, normalize: bool,
-                    sticky: np.ndarray | None = None) -> None:
-        """Called after selection with the cohort, its weights and (GlueFL) the sticky members. Default: nothing."""
+    def begin_round(self, round: int, cohort: Cohort) -> None:
+        """Called after selection with the cohort (weights, and tags such as GlueFL's ``sticky``). Default: nothing."""
 
     @abstractmethod
     def encode_uploads(self, round: int, clients: np.ndarray, updates: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:

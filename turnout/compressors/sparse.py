@@ -30,6 +30,7 @@ from typing import Literal, Sequence
 import numpy as np
 import torch
 
+from ..records import Cohort
 from .base import INDEX_BYTES, VALUE_BYTES, Compressor, sparse_bytes
 
 Accounting = Literal["exact", "gluefl_code"]
@@ -203,6 +204,9 @@ class SparsifierBase(Compressor):
 
     accepts = frozenset({"model_delta"})
     residual_name = "residual"
+    state_attrs = ("shared_mask", "mask_in_use", "server_residual")
+    #: this round's cohort (set by begin_round) and the last upload support (for tests and metrics)
+    scratch_attrs = ("cohort", "last_upload_support")
 
     client_ratio: float | None = None
     server_ratio: float | None = None
@@ -217,8 +221,9 @@ class SparsifierBase(Compressor):
 
     def __init__(self, cfg, dim: int, seed: int, store=None, layout: Sequence[int] | None = None):
         super().__init__(cfg, dim, seed, store)
-        self.layout = Layout.build(layout, dim, getattr(cfg, "scope", "tensor"))
-        self.accounting: str = getattr(cfg, "accounting", "exact")
+        # every sparsifier's Config has ``scope`` and ``accounting`` (SCOPE_HELP, ACCOUNTING_HELP)
+        self.layout = Layout.build(layout, dim, cfg.scope)
+        self.accounting: str = cfg.accounting
         self._store = store if store is not None else DictStore(dim)
         self.cohort = CohortMemory()
         self.shared_mask = torch.zeros(dim, dtype=torch.bool)  # M for the next round
@@ -227,10 +232,10 @@ class SparsifierBase(Compressor):
         self.last_upload_support: torch.Tensor | None = None  # (k, dim) bool, for tests and metrics
 
     # ---- engine hooks ------------------------------------------------------------------------
-    def begin_round(self, round: int, clients: np.ndarray, weights: np.ndarray, normalize: bool,
-                    sticky: np.ndarray | None = None) -> None:
-        """The cohort's aggregation weights and sticky flags (aligned with ``clients``), before training."""
-        self.cohort.set(round, clients, weights, normalize, sticky)
+    def begin_round(self, round: int, cohort: Cohort) -> None:
+        """The cohort's aggregation weights and sticky flags (aligned with its clients), before training."""
+        self.cohort.set(round, cohort.clients, np.asarray(cohort.weights, np.float64), cohort.normalize,
+                        cohort.tag("sticky"))
 
     def regenerates(self, round: int) -> bool:
         """Whether ``round`` is a regeneration round (plain top-q on both sides, fresh mask)."""
@@ -319,12 +324,3 @@ class SparsifierBase(Compressor):
         if self.accounting == "gluefl_code":
             return code_download_bytes(lacking, self.dim)
         return sparse_bytes(lacking, self.dim) + self.mask_broadcast_bytes()
-
-    # ---- checkpoints -------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, object]:
-        return {"shared_mask": self.shared_mask.clone(), "mask_in_use": self.mask_in_use,
-                "server_residual": self.server_residual.clone()}
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        for k, v in state.items():
-            setattr(self, k, v)

@@ -1,7 +1,10 @@
 """Load an experiment file, apply ``--set`` overrides, and validate everything before any work.
 
 Validation resolves every seam's block against its registry and expands the variants, so a typo
-in the fifth variant fails at start-up with one line, not an hour into the run.
+in the fifth variant fails at start-up with one line, not an hour into the run. This module is
+generic: which seams exist, their registries and the rules that refuse a combination come in as a
+:class:`Catalogue` (:data:`turnout.composition.CATALOGUE`), so ``turnout.config`` imports no
+component package.
 """
 
 from __future__ import annotations
@@ -9,33 +12,26 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Protocol
 
 import yaml
 from pydantic import BaseModel
 
 from ..errors import ConfigError
+from ..registry import Registry
 from ..training.config import TrainConfig
 from .components import validate_component, validate_model
 from .schema import ExperimentConfig
 
 
-def seam_registries() -> dict[str, Any]:
-    """Config key → registry, for every seam (imports the component packages so they register)."""
-    from ..algorithms import ALGORITHMS
-    from ..availability import AVAILABILITY
-    from ..compressors import COMPRESSORS
-    from ..data import DATASETS
-    from ..devices import DEVICES
-    from ..executors import EXECUTORS
-    from ..models import MODELS
-    from ..recorders import RECORDERS
-    from ..round_modes import ROUND_MODES
-    from ..selectors import SELECTORS
+class Catalogue(Protocol):
+    """The seams an experiment is made of: config key → registry, and the combination rules."""
 
-    return {"data": DATASETS, "model": MODELS, "algorithm": ALGORITHMS, "selector": SELECTORS,
-            "availability": AVAILABILITY, "devices": DEVICES, "round_mode": ROUND_MODES,
-            "compressor": COMPRESSORS, "executor": EXECUTORS, "recorder": RECORDERS}
+    def registries(self) -> Mapping[str, Registry]:
+        """Config key → registry of that seam, in the order blocks are validated."""
+
+    def check(self, components: Mapping[str, "Component"], train: TrainConfig, prefix: str) -> None:
+        """Raise :class:`ConfigError` for a combination that would run but break an algorithm."""
 
 
 @dataclass(frozen=True)
@@ -134,44 +130,28 @@ def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any], where: str =
     return out
 
 
-def resolve(raw: dict[str, Any], variant: str = "", prefix: str = "") -> ResolvedExperiment:
+def resolve(raw: dict[str, Any], catalogue: Catalogue, variant: str = "", prefix: str = "") -> ResolvedExperiment:
     """Validate one (variant's) raw config dict completely."""
     cfg = validate_model(ExperimentConfig, raw, prefix.rstrip("."))
     train = validate_model(TrainConfig, cfg.train, f"{prefix}train")
     components = {}
-    for seam, registry in seam_registries().items():
-        cls, opts = validate_component(registry, getattr(cfg, seam), f"{prefix}{seam}")
-        components[seam] = Component(getattr(cfg, seam)["name"] if isinstance(getattr(cfg, seam), dict)
-                                     else getattr(cfg, seam), cls, opts)
-    check_compatible(components, train, prefix)
+    for seam, registry in catalogue.registries().items():
+        block = getattr(cfg, seam)
+        cls, opts = validate_component(registry, block, f"{prefix}{seam}")
+        components[seam] = Component(block["name"] if isinstance(block, dict) else block, cls, opts)
+    catalogue.check(components, train, prefix)
     return ResolvedExperiment(variant=variant, config=cfg, train=train, components=components)
 
 
-def check_compatible(components: dict[str, Component], train: TrainConfig, prefix: str = "") -> None:
-    """Refuse seam combinations that would run but silently break an algorithm's invariants."""
-    algo, comp = components["algorithm"], components["compressor"]
-    kind = algo.cls.upload_kind(algo.cfg)
-    accepts = getattr(comp.cls, "accepts", None)
-    if accepts is not None and kind not in accepts:
-        reg = seam_registries()["compressor"]
-        ok = [n for n in reg.names() if getattr(reg.get(n), "accepts", None) is None or kind in reg.get(n).accepts]
-        raise ConfigError(f"{prefix}compressor.name", comp.name,
-                          f"cannot encode {algo.name}'s uploads ({kind}); use one of: {', '.join(ok)}")
-    if getattr(algo.cls, "requires_plain_sgd", False):
-        for key, value, plain in (("momentum", train.momentum, 0.0), ("weight_decay", train.weight_decay, 0.0),
-                                  ("grad_clip", train.grad_clip, None)):
-            if value != plain:
-                raise ConfigError(f"{prefix}train.{key}", value,
-                                  f"{algo.name} recovers gradients from plain local SGD: set {key} to {plain}")
-
-
-def load_experiment(path: str | Path, overrides: list[str] | None = None) -> list[ResolvedExperiment]:
+def load_experiment(path: str | Path, catalogue: Catalogue, overrides: list[str] | None = None
+                    ) -> list[ResolvedExperiment]:
     """Read, override and validate an experiment file; one resolved config per variant."""
     raw = read_yaml(path)
-    return expand(raw, dict(parse_override(o) for o in (overrides or [])))
+    return expand(raw, catalogue, dict(parse_override(o) for o in (overrides or [])))
 
 
-def _reapplied(overrides: dict[str, Any], variant_set: dict[str, Any], merged: dict[str, Any]) -> dict[str, Any]:
+def _reapplied(overrides: dict[str, Any], variant_set: dict[str, Any], merged: dict[str, Any],
+               registries: Mapping[str, Registry]) -> dict[str, Any]:
     """The command-line overrides to apply again on top of a variant.
 
     ``--set`` beats the file, variants included (``--set selector.clients_per_round=50`` must reach a
@@ -186,7 +166,6 @@ def _reapplied(overrides: dict[str, Any], variant_set: dict[str, Any], merged: d
             touched += [f"{key}.{sub}" for sub in value]
         else:
             touched.append(str(key))
-    registries = seam_registries()
     out = {}
     for key, value in overrides.items():
         if any(key == t or key.startswith(t + ".") or t.startswith(key + ".") for t in touched):
@@ -194,26 +173,26 @@ def _reapplied(overrides: dict[str, Any], variant_set: dict[str, Any], merged: d
         parts = key.split(".")
         node = merged.get(parts[0])
         if len(parts) == 2 and parts[0] in registries and isinstance(node, dict) and parts[1] != "name":
-            cls = registries[parts[0]].get(node.get("name")) if node.get("name") in registries[parts[0]].names() else None
-            fields = getattr(getattr(cls, "Config", None), "model_fields", None)
-            if fields is not None and parts[1] not in fields:
+            registry, name = registries[parts[0]], node.get("name")
+            if isinstance(name, str) and name in registry and parts[1] not in registry.get(name).Config.model_fields:
                 continue
         out[key] = value
     return out
 
 
-def expand(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -> list[ResolvedExperiment]:
+def expand(raw: dict[str, Any], catalogue: Catalogue, overrides: dict[str, Any] | None = None
+           ) -> list[ResolvedExperiment]:
     """Validate the base config and every variant; variants without a list mean one run named ``base``."""
     raw = apply_overrides(raw, overrides or {})
-    base = resolve(raw)
+    base = resolve(raw, catalogue)
     if not base.config.variants:
         return [ResolvedExperiment("base", base.config, base.train, base.components)]
     out = []
     for v in base.config.variants:
         merged = apply_overrides({k: val for k, val in raw.items() if k != "variants"}, v.set,
                                  where=f"variants[{v.name}].")
-        merged = apply_overrides(merged, _reapplied(overrides or {}, v.set, merged))
+        merged = apply_overrides(merged, _reapplied(overrides or {}, v.set, merged, catalogue.registries()))
         if "variants" in v.set or any(str(k).startswith("variants.") for k in v.set):
             raise ConfigError(f"variants[{v.name}].set", v.set, "a variant cannot define variants")
-        out.append(resolve(merged, v.name, prefix=f"variants[{v.name}]."))
+        out.append(resolve(merged, catalogue, v.name, prefix=f"variants[{v.name}]."))
     return out

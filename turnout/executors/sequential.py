@@ -32,8 +32,8 @@ class SequentialExecutor(Executor):
             x, y = data.client_train(client)
             res = trainer.train(start, batch.buffers, x, y, steps, batch.lr,
                                 rngmod.stream(batch.seed, "batches", batch.round, client),
-                                grad_hook=algorithm.grad_hook(client, start))
-            update = algorithm.client_update(client, start, res.params)
+                                objective=algorithm.local_objective(client, start))
+            update = algorithm.client_update(client, start, res.params, grad_sum=res.grad_sum)
             # A report of the wrong shape is kept as NaN so the engine rejects it before aggregation.
             updates[row] = update.reshape(-1) if update.numel() == dim else float("nan")
             losses[row], samples[row] = res.mean_loss, res.samples

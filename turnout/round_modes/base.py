@@ -3,33 +3,18 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 
 import numpy as np
 from pydantic import BaseModel
 
+from ..records import RoundClose
 from ..registry import Registry
+from ..state import Stateful
 
 ROUND_MODES: Registry = Registry("round_mode", "when a round closes and what happens to the rest")
 
 
-@dataclass
-class RoundClose:
-    """The outcome of closing a round over the launched cohort (arrays aligned with the cohort).
-
-    ``aggregated``: reports used this round. ``late``: reports that will arrive after the close and
-    are kept for a later round (with their staleness). Everything else launched is wasted.
-    ``busy_s``: client-seconds each launched client spent (up to its finish, its dropout, or the
-    moment the server stopped waiting for it).
-    """
-
-    aggregated: np.ndarray
-    late: np.ndarray
-    duration_s: float
-    busy_s: np.ndarray
-
-
-class RoundMode(ABC):
+class RoundMode(Stateful, ABC):
     """Decides how many clients to launch for a target of K and when the round closes."""
 
     Config: type[BaseModel]

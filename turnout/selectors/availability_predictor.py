@@ -6,25 +6,19 @@ round"). A predictor answers that question for a set of clients; two are provide
 
 * :class:`OraclePredictor` — REFL's code: the server reads the future from the availability model
   itself (the noisy-oracle thinning is applied by the selector). It works against the generic
-  :class:`~turnout.availability.base.Availability` interface and uses a faster exact path when the
-  model offers one, in this order:
-
-  1. ``availability.window_availability(clients, round, t0, t1)`` — a public hook any model may
-     implement: the fraction of ``[t0, t1]`` (absolute simulated seconds) each client is online;
-  2. ``availability.probabilities(round)`` — Bernoulli models (FedGS, FedSUM): the next round's
-     ``p_i`` *is* the probability that the client is online during the next round;
-  3. ``availability.trace`` being an :class:`~turnout.traces.format.AvailabilityTrace` — the exact
-     fraction of the window covered by the client's periodic online intervals (no side effects,
-     unlike querying a FedScale-pointer lookup);
-  4. otherwise ``available(round + 1, s)`` at ``samples`` evenly spread instants ``s`` of the
-     window, averaged (round-indexed models answer for the next round, time-indexed ones for ``s``).
+  :class:`~turnout.availability.base.Availability` interface: the model's exact
+  ``window_fraction(clients, round + 1, t0, t1)`` where it has one (Bernoulli models answer with
+  the next round's ``p_i``, traces with the share of the window their periodic intervals cover),
+  otherwise ``available(round + 1, s)`` at ``samples`` evenly spread instants ``s`` of the window,
+  averaged (round-indexed models answer for the next round, time-indexed ones for ``s``).
 
   ``rule: refl_code`` reproduces the code's binary priority instead (§6.2 "Code"): a client is a
   priority client iff it is online for the whole ``[t, t + w]`` and *not* for the whole
   ``[t + w, t + 2w]``; priority clients get probability 0 and the rest 1, so the ascending sort of
   IPS takes every priority client first and fills the rest at random — exactly the code's
-  selection list. [QUIRK] the code does not wrap windows at the end of the trace period; we do
-  (the trace is periodic and ``online_until`` follows the wrap).
+  selection list, answered by the model's side-effect-free ``online_throughout`` where it has one.
+  [QUIRK] the code does not wrap windows at the end of the trace period; we do (the trace is
+  periodic and ``online_until`` follows the wrap).
 
 * :class:`HistoryPredictor` — the non-oracle default forecaster standing in for the paper's
   per-device Prophet model: each client's own history of being online at round starts, as a
@@ -41,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from ..traces.format import AvailabilityTrace
+from ..state import Stateful
 
 
-class AvailabilityPredictor(ABC):
+class AvailabilityPredictor(Stateful, ABC):
     """Predicts P(client online during ``[t0, t1]``) for a set of clients."""
 
     #: the selector applies REFL's noisy-oracle thinning only to predictors that read the future
@@ -57,68 +51,8 @@ class AvailabilityPredictor(ABC):
     def predict(self, ctx: Any, clients: np.ndarray, t0: float, t1: float) -> np.ndarray:
         """Probability in [0, 1] for each of ``clients`` of being available in ``[t0, t1]``."""
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        for k, v in state.items():
-            setattr(self, k, v)
-
 
 # ------------------------------------------------------------------------------------------------
-def trace_window_fraction(trace: AvailabilityTrace, clients: np.ndarray, t0: float, t1: float,
-                          cache: dict | None = None) -> np.ndarray:
-    """Exact fraction of ``[t0, t1]`` (trace seconds) during which each client is online.
-
-    With ``G_c(τ)`` the online seconds of client ``c`` in ``[0, τ]`` of its period ``P_c`` and
-    ``H_c(x) = ⌊x / P_c⌋·G_c(P_c) + G_c(x mod P_c)``, the answer is ``(H(t1) − H(t0)) / (t1 − t0)``
-    (``t1 == t0``: online at ``t0`` or not). One binary search per client and end point.
-    """
-    c = np.asarray(clients, dtype=np.int64)
-    if len(c) == 0:
-        return np.zeros(0)
-    if t1 <= t0:
-        return trace.is_online(c, t0).astype(np.float64)
-    key = id(trace)
-    idx = cache.get(key) if cache is not None else None
-    if idx is None or idx[0] is not trace:
-        # float64 throughout: the trace may store float32 times, and the running sum spans every client
-        length = trace.end_s.astype(np.float64) - trace.start_s.astype(np.float64)
-        excl = np.concatenate([[0.0], np.cumsum(length)])  # online seconds before interval j (global)
-        big = float(2.0 ** int(np.ceil(np.log2(2.0 * float(trace.period_s.max() if len(trace.period_s) else 1.0)))))
-        keys = np.repeat(np.arange(trace.num_traces, dtype=np.float64) * big, trace.counts()) + trace.start_s
-        idx = (trace, length, excl, big, keys)
-        if cache is not None:
-            cache.clear()
-            cache[key] = idx
-    _, length, excl, big, keys = idx
-    lo, hi = trace.offsets[c], trace.offsets[c + 1]
-    period = trace.period_s[c]
-    total = excl[hi] - excl[lo]
-
-    def h(x: float) -> np.ndarray:
-        cycles = np.floor(x / period)
-        tau = x - cycles * period
-        j = np.searchsorted(keys, c * big + tau, side="right") - 1
-        j = np.clip(j, lo - 1, hi - 1)
-        has = j >= lo
-        jj = np.where(has, j, 0)
-        inside = np.clip(tau - trace.start_s[jj] if len(keys) else 0.0, 0.0, length[jj] if len(keys) else 0.0)
-        g = np.where(has, excl[jj] - excl[lo] + inside, 0.0)
-        return cycles * total + g
-
-    return np.clip((h(t1) - h(t0)) / (t1 - t0), 0.0, 1.0)
-
-
-def _trace_of(availability: Any) -> tuple[AvailabilityTrace, float] | None:
-    """The (trace, time offset) of a trace-driven availability model, if that is what it is."""
-    trace = getattr(availability, "trace", None)
-    if not isinstance(trace, AvailabilityTrace) or trace.num_traces != availability.num_clients:
-        return None
-    offset = float(getattr(getattr(availability, "cfg", None), "time_offset_s", 0.0) or 0.0)
-    return trace, offset
-
-
 class OraclePredictor(AvailabilityPredictor):
     """REFL's oracle: the availability model's own answer for the look-ahead window."""
 
@@ -127,7 +61,6 @@ class OraclePredictor(AvailabilityPredictor):
     def __init__(self, rule: str = "probability", samples: int = 8):
         self.rule = rule
         self.samples = int(samples)
-        self._cache: dict = {}
 
     def predict(self, ctx: Any, clients: np.ndarray, t0: float, t1: float) -> np.ndarray:
         clients = np.asarray(clients, dtype=np.int64)
@@ -140,19 +73,9 @@ class OraclePredictor(AvailabilityPredictor):
     # -- P(available in [t0, t1]) ------------------------------------------------------------
     def _fraction(self, ctx: Any, clients: np.ndarray, t0: float, t1: float) -> np.ndarray:
         av = ctx.availability
-        hook = getattr(av, "window_availability", None)
-        if callable(hook):
-            return np.asarray(hook(clients, ctx.round + 1, t0, t1), dtype=np.float64)
-        probs = getattr(av, "probabilities", None)
-        if callable(probs):
-            try:
-                return np.asarray(probs(ctx.round + 1), dtype=np.float64)[clients]
-            except NotImplementedError:
-                pass
-        tr = _trace_of(av)
-        if tr is not None:
-            trace, off = tr
-            return trace_window_fraction(trace, clients, t0 + off, t1 + off, self._cache)
+        exact = av.window_fraction(clients, ctx.round + 1, t0, t1)
+        if exact is not None:
+            return np.asarray(exact, dtype=np.float64)
         m = max(1, self.samples)
         hits = np.zeros(len(clients))
         for j in range(m):
@@ -164,12 +87,10 @@ class OraclePredictor(AvailabilityPredictor):
     def _refl_code(self, ctx: Any, clients: np.ndarray, t0: float, t1: float) -> np.ndarray:
         """0 for a priority client (online through ``[t, t0]``, not through ``[t0, t1]``), else 1."""
         av, t = ctx.availability, ctx.time_s
-        tr = _trace_of(av)
-        if tr is not None:  # stateless lookups (a FedScale-pointer model's available() moves its pointer)
-            trace, off = tr
-            now = trace.is_online(clients, t + off) & (trace.online_until(clients, t + off) >= t0 + off)
-            later = trace.is_online(clients, t0 + off) & (trace.online_until(clients, t0 + off) >= t1 + off)
-        else:
+        # stateless where the model can answer so (a FedScale-pointer model's available() moves its pointer)
+        now = av.online_throughout(clients, ctx.round, t, t0)
+        later = av.online_throughout(clients, ctx.round + 1, t0, t1)
+        if now is None or later is None:
             now = np.asarray(av.available(ctx.round, t))[clients] & (av.online_until(clients, ctx.round, t) >= t0)
             later = (np.asarray(av.available(ctx.round + 1, t0))[clients]
                      & (av.online_until(clients, ctx.round + 1, t0) >= t1))
@@ -187,6 +108,8 @@ class HistoryPredictor(AvailabilityPredictor):
     ``f = (on + 1)/(obs + 2)`` is the client's overall Laplace-smoothed frequency (0.5 before any
     observation). ``bins = 1`` or ``period_s = None`` gives the plain frequency.
     """
+
+    state_attrs = ("on", "obs", "on_total", "obs_total")
 
     def __init__(self, num_clients: int, period_s: float | None = 86400.0, bins: int = 24,
                  prior: float = 2.0):
@@ -245,8 +168,6 @@ class HistoryPredictor(AvailabilityPredictor):
             s = e
         return w / w.sum()
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        return {"on": self.on, "obs": self.obs, "on_total": self.on_total, "obs_total": self.obs_total}
 
 
 #: name → factory(selector config, world) of the predictors a config can name

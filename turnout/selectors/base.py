@@ -2,90 +2,33 @@
 
 A selector sees one :class:`SelectionContext` per round — who is available, how many to launch,
 its random stream, and the services some selectors need (the availability model for REFL's
-oracle predictions, the moving-average round duration μ_t, and ``probe_loss`` for
-Power-of-Choice, whose cost the engine charges to the round) — and gets a
-:class:`RoundFeedback` after the round closes (durations, losses, updates) to learn from.
+oracle predictions and ``probe_loss`` for Power-of-Choice, whose cost the engine charges to the
+round) — and gets a :class:`RoundFeedback` after the round closes (durations, losses, updates)
+to learn from. Both records are frozen. A :class:`Cohort` may carry per-member ``tags`` (GlueFL's
+sticky flags) that later seams of the same round read from the cohort itself.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any, Callable
 
 import numpy as np
-import torch
 from pydantic import BaseModel
 
+from ..records import Cohort, RoundFeedback, SelectionContext
 from ..registry import Registry
+from ..state import Stateful
 from ..world.context import WorldContext
 
 SELECTORS: Registry = Registry("selector", "cohort and aggregation weights, given the available set and history")
 
 
-@dataclass
-class Cohort:
-    """Clients to launch this round and the weight each report gets in aggregation.
+class Selector(Stateful, ABC):
+    """Chooses who trains. State (counts, utilities, ...) is kept as arrays over the population.
 
-    ``normalize=True`` means weights are relative: the server divides by the sum over the reports
-    that actually arrive (so dropouts do not shrink the update). ``normalize=False`` means the
-    weights are absolute (unbiased estimators such as FedAvg's N/K·p_i form) and used as given.
-    ``target`` is the number of reports the round wants (K); ``len(clients)`` may be larger when the
-    round mode over-commits.
+    A selector declares the attributes that change during a run in ``state_attrs`` (see
+    :mod:`turnout.state`), so a run can be checkpointed and resumed exactly.
     """
-
-    clients: np.ndarray
-    weights: np.ndarray
-    normalize: bool = True
-    target: int = 0
-
-    def __post_init__(self) -> None:
-        if len(self.clients) != len(self.weights):
-            raise ValueError("cohort clients and weights differ in length")
-        if not self.target:
-            self.target = len(self.clients)
-
-
-@dataclass
-class SelectionContext:
-    """Everything a selector may use in one round."""
-
-    round: int
-    time_s: float
-    available: np.ndarray  # ids of clients that can be launched now
-    launch: int  # how many the round mode wants launched (≥ target under over-commitment)
-    rng: np.random.Generator  # the (seed, "selection", round) stream
-    world: WorldContext
-    availability: Any  # the Availability model (oracle predictions, e.g. REFL IPS)
-    mean_round_s: float  # moving average of past round durations (REFL's μ_t); 0 before round 1
-    #: ``probe_loss(clients, batch) -> loss per client`` of the current global model on each
-    #: client's training data (a ``batch``-sample minibatch, or all of it when ``batch`` is None);
-    #: the engine charges the probe's download, compute and upload to the round.
-    probe_loss: Callable[[np.ndarray, int | None], np.ndarray]
-    #: clients whose late reports are still in flight, and when each will reach the server
-    #: (absolute simulated seconds) — REFL excludes them and APT counts the ones due this round.
-    pending_clients: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    pending_arrival_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
-
-
-@dataclass
-class RoundFeedback:
-    """What happened to a launched cohort, aligned with ``clients``."""
-
-    round: int
-    clients: np.ndarray
-    aggregated: np.ndarray  # bool
-    late: np.ndarray  # bool
-    train_loss: np.ndarray  # mean local training loss (nan for clients that did not train)
-    n_samples: np.ndarray  # samples processed
-    finish_s: np.ndarray  # seconds from round start to delivery (if it had not been cut)
-    busy_s: np.ndarray  # client-seconds actually spent
-    updates: torch.Tensor  # (k, dim) decoded uploads
-    duration_s: float
-
-
-class Selector(ABC):
-    """Chooses who trains. State (counts, utilities, ...) is kept as arrays over the population."""
 
     Config: type[BaseModel]
 
@@ -121,11 +64,3 @@ class Selector(ABC):
     def round_metrics(self) -> dict[str, object]:
         """Extra columns for this round's row of ``rounds.csv`` (e.g. FedGS's solver statistics)."""
         return {}
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Arrays to checkpoint. Stateless selectors return nothing."""
-        return {}
-
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        for k, v in state.items():
-            setattr(self, k, v)

@@ -117,6 +117,8 @@ class ReshuffledCyclicSelector(_BlockSelector):
     class Config(_CyclicConfig):
         pass
 
+    scratch_attrs = ("_cached",)  # the latest epoch's order, a pure function of (seed, epoch)
+
     def __init__(self, cfg: Config, world: WorldContext):
         super().__init__(cfg, world)
         self._cached: tuple[int, np.ndarray] | None = None

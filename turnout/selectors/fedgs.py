@@ -13,10 +13,9 @@ data are (spec ``seed-algorithms.md`` §5.2–5.3; ``WwZzz/FedGS`` ``algorithm/*
   the synthetic task (``world.extras["optimal"]``), built when the selector is;
 * ``update_cosine`` — cosine similarity of the clients' uploads (``RoundFeedback.updates``),
   learned online;
-* ``functional`` — cosine similarity of each local model's mean logits on a Gaussian-noise batch.
-  This needs the model, which selectors do not see: it runs only when the engine provides the
-  hooks documented in :class:`FedGS` (``world.model_forward``, ``world.server_inputs``,
-  ``world.global_params``).
+* ``functional`` — cosine similarity of each local model's mean logits on a Gaussian-noise batch,
+  through the read-only model view the world context carries (``world.model``: forward pass,
+  server inputs, current global parameters).
 
 Design decisions where the spec leaves room are written next to the code they concern and
 summarised in :class:`FedGS`.
@@ -76,10 +75,9 @@ class FedGS(Selector):
 
     Per-round solver statistics (solver, objective, hit_limit, solve time) are in :meth:`stats`.
 
-    Engine hooks used by ``graph: functional`` (absent today, so it is refused at build time):
-    ``world.model_forward(flat_params, x) -> outputs``, ``world.server_inputs`` (a tensor with
-    at least one batch of server test inputs) and ``world.global_params() -> flat params`` (the
-    model the cohort being selected will start from).
+    ``graph: functional`` needs ``world.model`` (``forward(flat_params, x)``, ``server_inputs`` and
+    ``global_params()``, the model the cohort being selected will start from); a world built
+    without a model (an availability plot, a hand-made test world) refuses it at build time.
     """
 
     class Config(StrictModel):
@@ -112,6 +110,11 @@ class FedGS(Selector):
                                                          "and Floyd–Warshall is O(N³) (~2.5 s at 1,000 clients, "
                                                          "~20 s at 2,000, minutes at 5,000)")
 
+    state_attrs = ("counts", "warmed", "features", "known", "distances", "_new_known", "_changed", "_built_round",
+                   "_stats")
+    #: derived from the seed (sketch, noise batch) or set at selection and read in the same round
+    scratch_attrs = ("_sketch", "_noise", "_start_params")
+
     def __init__(self, cfg: Config, world: WorldContext):
         super().__init__(cfg, world)
         n = self.num_clients
@@ -135,13 +138,9 @@ class FedGS(Selector):
         self.distances = np.ones((n, n)) - np.eye(n)  # H: no information yet → every pair at 1
         self._stats: dict[str, list] = {k: [] for k in (
             "round", "solver", "objective", "hit_limit", "optimal", "solve_ms", "n_available", "m", "bound")}
-        if cfg.graph == "functional":
-            hooks = ("model_forward", "server_inputs", "global_params")
-            missing = [h for h in hooks if getattr(world, h, None) is None]
-            if missing:
-                raise ConfigError("selector.graph", "functional",
-                                  f"needs engine hooks world.{', world.'.join(missing)} that this engine does not "
-                                  "provide; use graph: oracle or update_cosine")
+        if cfg.graph == "functional" and world.model is None:
+            raise ConfigError("selector.graph", "functional",
+                              "needs the global model, which this world has none of; use graph: oracle or update_cosine")
         if cfg.graph == "oracle":
             self.distances = graphmod.distances_from_features(
                 self.oracle_features(world), epsilon=cfg.epsilon, sigma=cfg.sigma, clamp_negative=cfg.clamp_negative)
@@ -165,7 +164,7 @@ class FedGS(Selector):
         available = np.asarray(ctx.available, dtype=np.int64)
         if self.cfg.graph == "functional":
             # the model this round's cohort trains from, for the functional features in observe()
-            self._start_params = torch.as_tensor(self.world.global_params()).detach().clone()
+            self._start_params = torch.as_tensor(self.world.model.global_params()).detach().clone()
         if not self.warmed[0]:
             return self._warmup_cohort(ctx, available)
         self._maybe_rebuild(ctx.round)
@@ -230,10 +229,10 @@ class FedGS(Selector):
         if self._start_params is None:
             raise RuntimeError("FedGS functional graph: observe() before select()")
         if self._noise is None:
-            self._noise = graphmod.noise_inputs(torch.as_tensor(self.world.server_inputs),
+            self._noise = graphmod.noise_inputs(torch.as_tensor(self.world.model.server_inputs),
                                                 rngmod.torch_generator(self.seed, NOISE_PURPOSE))
         local = self._start_params[None, :] + updates.detach().to(self._start_params.dtype)
-        return graphmod.functional_features(self.world.model_forward, local, self._noise)
+        return graphmod.functional_features(self.world.model.forward, local, self._noise)
 
     def _maybe_rebuild(self, round: int) -> None:
         if self.cfg.graph == "oracle" or self.features is None:
@@ -286,20 +285,3 @@ class FedGS(Selector):
             return {}
         return {"fedgs_solver": s["solver"][-1], "fedgs_objective": float(s["objective"][-1]),
                 "fedgs_hit_limit": bool(s["hit_limit"][-1])}
-
-    # ------------------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, np.ndarray]:
-        state = {"counts": self.counts.copy(), "warmed": self.warmed.copy(), "known": self.known.copy(),
-                 "distances": self.distances.copy()}
-        if self.features is not None:
-            state["features"] = self.features.copy()
-        return state
-
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        self.counts = np.asarray(state["counts"], dtype=np.int64).copy()
-        self.warmed = np.asarray(state["warmed"], dtype=bool).copy()
-        self.known = np.asarray(state["known"], dtype=bool).copy()
-        self.distances = np.asarray(state["distances"], dtype=np.float64).copy()
-        if "features" in state:
-            self.features = np.asarray(state["features"], dtype=np.float32).copy()
-        self._new_known = self._changed = False

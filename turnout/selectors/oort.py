@@ -37,9 +37,8 @@ Deviations, each deliberate:
   exponential moving average (decay 0.2) of the mean *squared* per-sample loss over the first
   epoch. The engine reports no per-sample losses (an engine change could add the RMS loss).
 - Durations of clients that never ran are unknown to the selector (FedScale reads them from the
-  device profile at registration): ``T_pref`` is taken over the known durations and unexplored
-  clients are penalised only if an estimate is supplied — through ``ctx.expected_duration_s``
-  (per-client seconds, if the engine provides it) — otherwise explored by data size alone.
+  device profile at registration, which a selector here does not see): ``T_pref`` is taken over the
+  known durations and unexplored clients are explored by data size alone.
 - The code exploits at most ``len(explored) − 1`` clients (an off-by-one fix of an index error);
   we allow all explored clients and clamp the cut-off index instead.
 - Reward normalisation (min, range, clip) uses the explored available clients; the code also
@@ -128,6 +127,9 @@ class OortSelector(Selector):
             "random", description="random: pad a short cohort with random available clients (REFL); exploit: "
                                   "exploration slots without unexplored clients go to exploitation first")
 
+    state_attrs = ("reward", "duration", "last_round", "count", "explored", "successful", "last_exploit",
+                   "util_history", "exploration", "threshold", "prefer_duration")
+
     def __init__(self, cfg: Config, world: WorldContext):
         super().__init__(cfg, world)
         n = self.num_clients
@@ -201,10 +203,6 @@ class OortSelector(Selector):
         cfg, rng = self.cfg, ctx.rng
         t = ctx.round + 1
         self.pacer(t)
-        expected = getattr(ctx, "expected_duration_s", None)
-        if expected is not None:  # durations of clients that never ran, when the engine can estimate them
-            unknown = ~np.isfinite(self.duration)
-            self.duration[unknown] = np.asarray(expected, dtype=np.float64)[unknown]
         self.prefer_duration = np.float64(self.preferred_duration())
         self.exploration = np.float64(max(self.exploration * cfg.exploration_decay, cfg.exploration_min))
 
@@ -268,15 +266,3 @@ class OortSelector(Selector):
         self.last_round[c] = feedback.round + 1
         self.count[c] += 1
         self.successful[c] = True
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        return {"reward": self.reward, "duration": self.duration, "last_round": self.last_round,
-                "count": self.count, "explored": self.explored, "successful": self.successful,
-                "last_exploit": self.last_exploit, "util_history": self.util_history,
-                "exploration": np.asarray(self.exploration), "threshold": np.asarray(self.threshold),
-                "prefer_duration": np.asarray(self.prefer_duration)}
-
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        scalars = {"exploration", "threshold", "prefer_duration"}
-        for k, v in state.items():
-            setattr(self, k, np.float64(v) if k in scalars else np.asarray(v).copy())

@@ -150,6 +150,8 @@ class PowerOfChoiceSelector(Selector):
                 raise ValueError(f"keep = {self.keep} must be <= clients_per_round = {self.clients_per_round}")
             return self
 
+    state_attrs = ("last_loss",)
+
     def __init__(self, cfg: Config, world: WorldContext):
         super().__init__(cfg, world)
         #: rpow-d: each client's last reported training loss (+inf: never reported, tried first)
@@ -239,8 +241,6 @@ class PowerOfChoiceSelector(Selector):
         ok = delivered & np.isfinite(loss)
         self.last_loss[np.asarray(feedback.clients)[ok]] = loss[ok]
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        return {"last_loss": self.last_loss}
 
 
 def round_half_up(x: float) -> int:

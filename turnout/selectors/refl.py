@@ -3,9 +3,10 @@
 Spec ``seed-algorithms.md`` §6.2–6.3 (REFL / "RELAY", Abdelmoniem et al., EuroSys 2023, as coded in
 ``ahmedcs/REFL``). One round:
 
-1. **Window.** ``w`` = the moving-average round duration μ_t (``ctx.mean_round_s``, maintained by the
-   engine as μ_t = 0.75·D_{t−1} + 0.25·μ_{t−1}, §6.1), or ``window_s`` when set (the code uses the
-   fixed deadline ``d`` in DL mode); ``initial_window_s`` before any round has closed (the code's
+1. **Window.** ``w`` = the moving-average round duration μ_t, which the selector keeps from the
+   round durations it observes: μ_t = (1 − α)·D_{t−1} + α·μ_{t−1} with α = 0.25 and μ = D_0 after
+   the first round (REFL's ``update_moving_avg``); or ``window_s`` when set (the code uses the fixed
+   deadline ``d`` in DL mode); ``initial_window_s`` before any round has closed (the code's
    ``initial_deadline``, 1000 s).
 2. **APT** (§6.3). ``B_t`` = late reports in flight that reach the server by ``t + w``
    (``ctx.pending_arrival_s``). ``paper``: ``N_t = max(1, N_0 − B_t)`` (the spec's [AMBIG] default);
@@ -111,9 +112,13 @@ class REFLSelector(Selector):
                                      description="history predictor: pseudo-observations shrinking a bin "
                                                  "towards the client's overall frequency")
 
+    state_attrs = ("last_run", "mean_round_s", "predictor")
+    scratch_attrs = ("last_ready", "last_target")
+
     def __init__(self, cfg: Config, world: WorldContext):
         super().__init__(cfg, world)
         self.last_run = np.full(self.num_clients, NEVER, np.int64)
+        self.mean_round_s = 0.0  # μ_t; 0 before the first round closes
         self.predictor: AvailabilityPredictor = PREDICTORS[cfg.predictor](cfg, world)
         #: diagnostics of the last selection: B_t and N_t
         self.last_ready = 0
@@ -126,7 +131,7 @@ class REFLSelector(Selector):
     def window(self, ctx: SelectionContext) -> float:
         if self.cfg.window_s is not None:
             return float(self.cfg.window_s)
-        mu = float(ctx.mean_round_s)
+        mu = float(self.mean_round_s)
         return mu if mu > 0 else float(self.cfg.initial_window_s)
 
     def ready_stragglers(self, ctx: SelectionContext, w: float) -> int:
@@ -201,14 +206,5 @@ class REFLSelector(Selector):
     def observe(self, feedback: RoundFeedback) -> None:
         ran = np.asarray(feedback.aggregated, dtype=bool) | np.asarray(feedback.late, dtype=bool)
         self.last_run[np.asarray(feedback.clients, dtype=np.int64)[ran]] = feedback.round
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        out = {"last_run": self.last_run}
-        out.update({f"predictor.{k}": v for k, v in self.predictor.state_dict().items()})
-        return out
-
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        pred = {k.split(".", 1)[1]: v for k, v in state.items() if k.startswith("predictor.")}
-        self.predictor.load_state_dict(pred)
-        if "last_run" in state:
-            self.last_run = np.asarray(state["last_run"], dtype=np.int64)
+        d = feedback.duration_s
+        self.mean_round_s = d if feedback.round == 0 else 0.75 * d + 0.25 * self.mean_round_s

@@ -64,9 +64,10 @@ Other deviations from the code, by design:
   (fastest K − C non-sticky, C sticky that finish before them) is a round-mode matter: the engine's
   over-commit mode aggregates the first K overall.
 
-The sticky flag and the client-side scale ``a_i = ν_i/p_i`` (``S/C``, ``(N − S)/(K − C)`` or
-``N/K``; GlueFL's error compensation reloads a residual only for clients sampled as sticky) of
-the last cohort are exposed as :attr:`StickySelector.last_sticky` and :attr:`StickySelector.last_scale`.
+The cohort carries each member's sticky flag as the tag ``"sticky"`` (GlueFL's error compensation
+reloads a residual only for clients sampled as sticky); the last cohort's flags and client-side
+scales ``a_i = ν_i/p_i`` (``S/C``, ``(N − S)/(K − C)`` or ``N/K``) are also kept, for diagnostics, as
+:attr:`StickySelector.last_sticky` and :attr:`StickySelector.last_scale`.
 """
 
 from __future__ import annotations
@@ -148,6 +149,9 @@ class StickySelector(Selector):
                 raise ValueError(f"sticky_size = {self.sticky_size} must be >= clients_per_round = {k} "
                                  "(each round removes K − C members that did not run)")
             return self
+
+    state_attrs = ("group", "in_group")
+    scratch_attrs = ("last_sticky", "last_scale", "_last")  # the current round's cohort, set at selection
 
     def __init__(self, cfg: Config, world: WorldContext):
         super().__init__(cfg, world)
@@ -237,7 +241,7 @@ class StickySelector(Selector):
         w = self._weights(launched, c_plan, r_plan, target)
         self.last_sticky = sticky
         self.last_scale = w / np.where(launched.p > 0, launched.p, 1.0)
-        return Cohort(clients, w, normalize=False, target=target)
+        return Cohort(clients, w, normalize=False, target=target, tags={"sticky": sticky})
 
     def _weights(self, launched: _Launched, c_run: int, r_run: int, k_run: int) -> np.ndarray:
         """ν_i for every launched client given the numbers of sticky / non-sticky / all reports."""
@@ -295,13 +299,3 @@ class StickySelector(Selector):
             if len(grp) + len(promoted) > self.S:  # more fast completers than the group holds
                 promoted = rng.choice(promoted, size=max(self.S - len(grp), 0), replace=False)
         self._set_group(np.concatenate([grp, promoted]))
-
-    # ------------------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, np.ndarray]:
-        return {"group": self.group.copy()}
-
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        self.in_group[:] = False
-        self.group = np.zeros(0, np.int64)
-        self._set_group(np.asarray(state.get("group", np.zeros(0, np.int64)), dtype=np.int64))
-        self._last = None

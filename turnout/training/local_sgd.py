@@ -6,15 +6,15 @@ The optimiser step is plain tensor arithmetic on a dict of parameters, and gradi
 ``(start params, batches, hyper-parameters) → end params`` which the sequential executor calls
 per client and a vectorised executor can ``vmap`` over stacked clients, on the same code path.
 
-Algorithms that change the local objective (FedProx's proximal term, SCAFFOLD's control
-variates) do so through a ``grad_hook`` that edits the gradient, again over tensors.
+Algorithms that change the local objective (FedProx's proximal term, SCAFFOLD's and FedSUM's
+corrections, FedSUM-B's gradients at the start point) describe the change as data, a
+:class:`LocalObjective`, which the trainer applies: any executor — sequential, vectorised over
+clients, in another process — can apply the same record without calling back into the algorithm.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
-
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -23,8 +23,34 @@ from ..models.flat import FlatModel
 from .config import TrainConfig
 
 Params = dict[str, torch.Tensor]
-#: ``hook(params, grads) -> grads``: how an algorithm changes the local gradient.
-GradHook = Callable[[Params, Params], Params]
+
+
+@dataclass(frozen=True)
+class LocalObjective:
+    """How an algorithm changes a client's local gradient ``g`` at the parameters ``w``.
+
+    Applied in this order, before weight decay, momentum and clipping::
+
+        g ← g + prox_mu · (w − w_start)     FedProx's proximal term
+        g ← scale · g + offset              SCAFFOLD (offset c − c_i), FedSUM (offset c_i, scale s)
+
+    ``freeze``: the model does not move; the trainer returns the sum of the K minibatch gradients
+    taken at the start point (FedSUM-B) in :attr:`LocalResult.grad_sum`.
+    """
+
+    offset: torch.Tensor | None = None  # flat, the model's dtype
+    scale: float = 1.0
+    prox_mu: float = 0.0
+    freeze: bool = False
+
+    def is_plain(self) -> bool:
+        return self.offset is None and self.scale == 1.0 and self.prox_mu == 0.0 and not self.freeze
+
+
+def split_flat(flat: torch.Tensor, like: Params) -> Params:
+    """Views of the flat vector ``flat`` shaped like ``like`` (whose order is the flat layout)."""
+    sizes = [p.numel() for p in like.values()]
+    return {k: t.view(p.shape) for (k, p), t in zip(like.items(), torch.split(flat, sizes))}
 
 
 def batch_indices(n: int, batch_size: int, steps: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -47,6 +73,7 @@ class LocalResult:
     mean_loss: float
     steps: int
     samples: int  # samples processed (for the compute-time model)
+    grad_sum: torch.Tensor | None = None  # flat Σ_k g_k at the start point (objective.freeze only)
 
 
 class LocalTrainer:
@@ -98,30 +125,43 @@ class LocalTrainer:
         return {k: p - lr * step[k] for k, p in params.items()}, velocity
 
     def train(self, start: torch.Tensor, buffers: dict[str, torch.Tensor], x: np.ndarray, y: np.ndarray,
-              steps: int, lr: float, rng: np.random.Generator, grad_hook: GradHook | None = None) -> LocalResult:
+              steps: int, lr: float, rng: np.random.Generator, objective: LocalObjective | None = None) -> LocalResult:
         """Train from the flat vector ``start`` on ``(x, y)`` for ``steps`` minibatches."""
         self.model.module.train()
         params = {k: v.detach().clone() for k, v in self.model.unflatten(start).items()}
         buffers = {k: v.clone() for k, v in buffers.items()}
         xt, yt = torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(np.ascontiguousarray(y))
+        obj = objective if objective is not None and not objective.is_plain() else None
+        anchor = split_flat(start.detach(), params) if obj is not None and obj.prox_mu else None
+        offset = split_flat(obj.offset, params) if obj is not None and obj.offset is not None else None
+        grad_sum = torch.zeros_like(start) if obj is not None and obj.freeze else None
         velocity = None
         total_loss, samples = 0.0, 0
         batches = batch_indices(len(y), self.cfg.batch_size, steps, rng)
         for idx in batches:
             ti = torch.from_numpy(idx)
             grads, loss = self.grad_and_loss(params, buffers, xt[ti], yt[ti])
-            if grad_hook is not None:
-                grads = grad_hook(params, grads)
+            total_loss += float(loss) * len(idx)
+            samples += len(idx)
+            if grad_sum is not None:  # gradients at the start point: the local model stays put
+                grad_sum.add_(torch.cat([g.reshape(-1) for g in grads.values()]).to(grad_sum.dtype))
+                continue
+            if anchor is not None:
+                grads = {k: g + obj.prox_mu * (params[k].detach() - anchor[k]) for k, g in grads.items()}
+            if offset is not None:
+                grads = ({k: g + offset[k] for k, g in grads.items()} if obj.scale == 1.0
+                         else {k: obj.scale * g + offset[k] for k, g in grads.items()})
+            elif obj is not None and obj.scale != 1.0:
+                grads = {k: obj.scale * g for k, g in grads.items()}
             if self.cfg.grad_clip is not None:
                 norm = torch.sqrt(sum((g * g).sum() for g in grads.values()))
                 scale = torch.clamp(self.cfg.grad_clip / (norm + 1e-12), max=1.0)
                 grads = {k: g * scale for k, g in grads.items()}
             with torch.no_grad():
                 params, velocity = self.sgd_step(params, grads, velocity, lr)
-            total_loss += float(loss) * len(idx)
-            samples += len(idx)
         return LocalResult(params=self.model.flatten(params).detach(), buffers=buffers,
-                           mean_loss=total_loss / max(1, samples), steps=len(batches), samples=samples)
+                           mean_loss=total_loss / max(1, samples), steps=len(batches), samples=samples,
+                           grad_sum=grad_sum)
 
 
 @torch.no_grad()

@@ -15,6 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from .. import rng as rngmod
+from ..phases import ProbeBill
+from .model import GlobalModel
+from .wire import WirePricer
 
 FORWARD_FRACTION = 1.0 / 3.0
 LOSS_BYTES = 4
@@ -23,50 +26,44 @@ LOSS_BYTES = 4
 class LossProbe:
     """Callable ``probe(clients, batch) -> losses`` for one round, accumulating its cost."""
 
-    def __init__(self, sim, round: int):
-        self.sim, self.round = sim, round
+    def __init__(self, pricer: WirePricer, model: GlobalModel, data, seed: int, round: int):
+        self.pricer, self.model, self.data, self.seed, self.round = pricer, model, data, seed, round
         self.clients: list[np.ndarray] = []
         self.bytes_down: list[np.ndarray] = []
         self.seconds: list[np.ndarray] = []
 
     def __call__(self, clients: np.ndarray, batch: int | None = None) -> np.ndarray:
-        sim = self.sim
         clients = np.asarray(clients, dtype=np.int64)
-        pop, data = sim.population, sim.data
-        params = sim.model.unflatten(sim.params)
+        flat = self.model.flat
+        params = flat.unflatten(self.model.params)
         losses = np.full(len(clients), np.nan)
         samples = np.zeros(len(clients), np.int64)
-        sim.model.module.eval()
+        flat.module.eval()
         with torch.no_grad():
             for i, c in enumerate(clients.tolist()):
-                x, y = data.client_train(c)
+                x, y = self.data.client_train(c)
                 if batch is not None and len(y) > batch:
-                    idx = np.sort(rngmod.stream(sim.seed, "probe", self.round, c).choice(len(y), batch, replace=False))
+                    idx = np.sort(rngmod.stream(self.seed, "probe", self.round, c).choice(len(y), batch, replace=False))
                     x, y = x[idx], y[idx]
                 if len(y):
-                    logits = sim.model.forward(params, sim.buffers, torch.from_numpy(np.ascontiguousarray(x)))
+                    logits = flat.forward(params, self.model.buffers, torch.from_numpy(np.ascontiguousarray(x)))
                     losses[i] = float(F.cross_entropy(logits, torch.from_numpy(np.ascontiguousarray(y))))
                 samples[i] = len(y)
-        down = (sim.compressor.download_bytes(sim.ledger.lacking(pop.synced_through[clients]))
-                * sim.algorithm.downlink_vectors + sim.model.buffer_bytes()).astype(np.int64)
-        pop.synced_through[clients] = self.round - 1  # the probed client now holds the current model
-        dev = pop.devices
-        secs = (down / dev.down_bytes_per_s[clients]
-                + samples * dev.compute_s_per_sample[clients] * FORWARD_FRACTION
-                + LOSS_BYTES / dev.up_bytes_per_s[clients])
+        down = self.pricer.download(clients, self.round)  # the probed client now holds the current model
+        secs = self.pricer.delivery_s(clients, down, samples, LOSS_BYTES, compute_fraction=FORWARD_FRACTION)
         self.clients.append(clients)
         self.bytes_down.append(down)
         self.seconds.append(secs)
         return losses
 
-    def settle(self) -> tuple[float, int, int, float]:
-        """Bill the probes to the population: (probe phase seconds, bytes down, bytes up, client-seconds)."""
+    def settle(self) -> ProbeBill:
+        """Bill the probes to the population: phase seconds (slowest answer), bytes, client-seconds."""
         if not self.clients:
-            return 0.0, 0, 0, 0.0
-        pop = self.sim.population
+            return ProbeBill.none()
+        pop = self.pricer.population
         clients = np.concatenate(self.clients)
         down, secs = np.concatenate(self.bytes_down), np.concatenate(self.seconds)
         np.add.at(pop.bytes_down, clients, down)
         np.add.at(pop.bytes_up, clients, LOSS_BYTES)
         np.add.at(pop.resource_s, clients, secs)
-        return float(secs.max()), int(down.sum()), LOSS_BYTES * len(clients), float(secs.sum())
+        return ProbeBill(float(secs.max()), int(down.sum()), LOSS_BYTES * len(clients), float(secs.sum()))

@@ -1,0 +1,174 @@
+"""The composition root: the seams of an experiment, how each component is built, what is refused.
+
+One table (:data:`SEAMS`) says, per seam, its config key, the package whose import registers its
+components, the registry, and what a component's constructor receives. :data:`CATALOGUE` hands
+the registries and the combination rules (:data:`RULES`) to the generic validator in
+:mod:`turnout.config.loader`, which imports no component package itself. :func:`compose` builds
+one simulation's components from a resolved experiment, letting a caller inject any of them
+(a test's hand-written selector, a notebook's own algorithm).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from .config.loader import Component, ResolvedExperiment, expand as _expand, load_experiment as _load
+from .errors import ConfigError
+from .registry import Registry
+from .training.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class Seam:
+    """One simulation concern: its config block, where its components live, how one is built."""
+
+    key: str
+    package: str
+    registry: str
+    receives: str  # the constructor's arguments, as `turnout list` documents them
+
+    def load(self) -> Registry:
+        return getattr(importlib.import_module(self.package), self.registry)
+
+
+#: Every seam, in the order its block is validated (and written to ``config.yaml``).
+SEAMS: tuple[Seam, ...] = (
+    Seam("data", "turnout.data", "DATASETS", "build(cfg, seed) → FederatedDataset"),
+    Seam("model", "turnout.models", "MODELS", "build(cfg, input_shape, num_classes) → torch.nn.Module"),
+    Seam("algorithm", "turnout.algorithms", "ALGORITHMS", "(cfg, AlgorithmContext)"),
+    Seam("selector", "turnout.selectors", "SELECTORS", "(cfg, WorldContext)"),
+    Seam("availability", "turnout.availability", "AVAILABILITY", "(cfg, WorldContext)"),
+    Seam("devices", "turnout.devices", "DEVICES", "(cfg); .profiles(num_clients, seed) → DeviceProfiles"),
+    Seam("round_mode", "turnout.round_modes", "ROUND_MODES", "(cfg)"),
+    Seam("compressor", "turnout.compressors", "COMPRESSORS", "(cfg, dim, seed, store, layout)"),
+    Seam("executor", "turnout.executors", "EXECUTORS", "(cfg)"),
+    Seam("recorder", "turnout.recorders", "RECORDERS", "(cfg)"),
+)
+
+
+@cache
+def registries() -> dict[str, Registry]:
+    """Config key → registry for every seam (imports the component packages so they register)."""
+    return {s.key: s.load() for s in SEAMS}
+
+
+# ---- combination rules -----------------------------------------------------------------------
+def compressor_accepts_upload(components: Mapping[str, Component], train: TrainConfig, prefix: str) -> None:
+    """A compressor must be able to encode what the algorithm uploads (a NACK, a gradient difference)."""
+    algo, comp = components["algorithm"], components["compressor"]
+    kind = algo.cls.upload_kind(algo.cfg)
+    if comp.cls.accepts is not None and kind not in comp.cls.accepts:
+        ok = [name for name, cls in registries()["compressor"] if cls.accepts is None or kind in cls.accepts]
+        raise ConfigError(f"{prefix}compressor.name", comp.name,
+                          f"cannot encode {algo.name}'s uploads ({kind}); use one of: {', '.join(ok)}")
+
+
+def plain_sgd_for_inverting_rules(components: Mapping[str, Component], train: TrainConfig, prefix: str) -> None:
+    """Rules that recover gradients from the SGD end point (SCAFFOLD option II, FedSUM) need plain SGD."""
+    algo = components["algorithm"]
+    if algo.cls.requires_plain_sgd:
+        for key, value, plain in (("momentum", train.momentum, 0.0), ("weight_decay", train.weight_decay, 0.0),
+                                  ("grad_clip", train.grad_clip, None)):
+            if value != plain:
+                raise ConfigError(f"{prefix}train.{key}", value,
+                                  f"{algo.name} recovers gradients from plain local SGD: set {key} to {plain}")
+
+
+#: Combinations refused at validation because they would run but silently break an algorithm.
+RULES: tuple[Callable[[Mapping[str, Component], TrainConfig, str], None], ...] = (
+    compressor_accepts_upload, plain_sgd_for_inverting_rules)
+
+
+class _Catalogue:
+    """What :mod:`turnout.config.loader` needs to validate an experiment: registries and rules."""
+
+    def registries(self) -> Mapping[str, Registry]:
+        return registries()
+
+    def check(self, components: Mapping[str, Component], train: TrainConfig, prefix: str) -> None:
+        for rule in RULES:
+            rule(components, train, prefix)
+
+
+CATALOGUE = _Catalogue()
+
+
+def expand(raw: dict[str, Any], overrides: dict[str, Any] | None = None) -> list[ResolvedExperiment]:
+    """Validate an experiment dict (and its variants) against the registered components."""
+    return _expand(raw, CATALOGUE, overrides)
+
+
+def load_experiment(path: str | Path, overrides: list[str] | None = None) -> list[ResolvedExperiment]:
+    """Read, override (``KEY=VALUE`` strings) and validate an experiment file."""
+    return _load(path, CATALOGUE, overrides)
+
+
+# ---- building one simulation ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class BuildContext:
+    """What the components of one (variant, seed) simulation are built from."""
+
+    exp: ResolvedExperiment
+    seed: int
+    num_clients: int
+    world: Any  # WorldContext
+    algorithm_context: Any  # AlgorithmContext
+    dim: int
+    layout: tuple[int, ...]
+    store: Any  # ClientStateStore
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The built components of one simulation."""
+
+    availability: Any
+    devices: Any
+    selector: Any
+    round_mode: Any
+    algorithm: Any
+    compressor: Any
+    executor: Any
+
+
+#: How each simulation seam's configured component is built from a :class:`BuildContext`.
+BUILDERS: dict[str, Callable[[Component, BuildContext], Any]] = {
+    "availability": lambda c, ctx: c.build(ctx.world),
+    "devices": lambda c, ctx: c.build(),
+    "selector": lambda c, ctx: c.build(ctx.world),
+    "round_mode": lambda c, ctx: c.build(),
+    "algorithm": lambda c, ctx: c.build(ctx.algorithm_context),
+    "compressor": lambda c, ctx: c.build(ctx.dim, ctx.seed, ctx.store, layout=list(ctx.layout)),
+    "executor": lambda c, ctx: c.build(),
+}
+
+#: A component handed in instead of the configured one: the object itself, or ``factory(ctx)``.
+Injected = Any
+
+
+def compose(ctx: BuildContext, inject: Mapping[str, Injected] | None = None) -> Parts:
+    """Build every simulation component, using ``inject[seam]`` where given.
+
+    An injected value is either a ready component or a callable ``factory(ctx)`` returning one
+    (components that need the world or the algorithm context are easiest built that way).
+    """
+    inject = dict(inject or {})
+    unknown = set(inject) - set(BUILDERS)
+    if unknown:
+        raise ValueError(f"cannot inject {sorted(unknown)}; injectable seams: {', '.join(BUILDERS)}")
+    built = {}
+    for seam, build in BUILDERS.items():  # construction order is part of the contract (seeded streams)
+        given = inject.get(seam)
+        if given is None:
+            built[seam] = build(ctx.exp[seam], ctx)
+        elif inspect.isfunction(given) or inspect.ismethod(given) or isinstance(given, (functools.partial, type)):
+            built[seam] = given(ctx)
+        else:
+            built[seam] = given
+    return Parts(**built)

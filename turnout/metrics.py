@@ -1,0 +1,135 @@
+"""What the tables hold: a round's row of ``rounds.csv``, a run's summary, the comparison table.
+
+General quantities (accuracy, loss, bytes, simulated seconds, resources) and the metrics the seed
+papers define are kept apart: each paper's metric is a small named function here —
+GlueFL's download time on the critical path (DT), Adaptive-OU's tail accuracy, FedGS's optimal
+test loss — and the summariser only combines them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+#: Columns of ``comparison.csv`` (after ``variant`` and ``seed``), in order.
+SUMMARY_KEYS = ("final_accuracy", "best_accuracy", "tail_accuracy", "tail_accuracy_std", "final_loss", "best_loss",
+                "rounds_to_target", "sim_time_to_target_s", "download_time_to_target_s", "bytes_down_to_target",
+                "bytes_up_to_target", "bytes_up", "bytes_down", "sim_time_s", "download_time_s",
+                "resource_s", "wasted_s", "tau_max", "tau_avg", "selection_count_var", "centralized_accuracy",
+                "wall_s")
+
+#: Per-round quantities that ``rounds.csv`` also carries as running totals (``cum_<name>``).
+CUMULATIVE = ("bytes_up", "bytes_down", "resource_s", "wasted_s", "download_s")
+
+
+# ---- the seed papers' metrics ------------------------------------------------------------------
+def critical_download_s(download_s: np.ndarray, finish_s: np.ndarray, aggregated: np.ndarray) -> float:
+    """GlueFL's download time (DT): the download part of the round's critical path.
+
+    The critical path ends with the last on-time report the round waited for; its download time,
+    summed over rounds, is the time the run spent synchronising the model.
+    """
+    if not aggregated.any():
+        return 0.0
+    critical = np.flatnonzero(aggregated)[np.argmax(finish_s[aggregated])]
+    return float(download_s[critical])
+
+
+def tail_accuracy(acc: np.ndarray) -> tuple[float, float]:
+    """Adaptive-OU's Table 3 metric: mean and std of the accuracy over the last quarter of the evaluations."""
+    evaluated = np.flatnonzero(~np.isnan(acc))
+    if not len(evaluated):
+        return math.nan, math.nan
+    tail = acc[evaluated[-max(1, len(evaluated) // 4):]]
+    return float(np.mean(tail)), float(np.std(tail))
+
+
+def optimal_test_loss(losses: np.ndarray) -> float:
+    """FedGS's Table 2 metric: the lowest server test loss over the evaluations."""
+    return float(np.nanmin(losses)) if np.any(~np.isnan(losses)) else math.nan
+
+
+# ---- rows ----------------------------------------------------------------------------------------
+def round_row(opened, trained, closed, aggregated, delivered_up: np.ndarray, wasted: np.ndarray,
+              stale_wasted: float, tau: int, sim_time_s: float, extra: Mapping[str, Any]) -> dict:
+    """A round's row of ``rounds.csv`` from its phase records (:mod:`turnout.phases`).
+
+    Only simulated quantities: the same config and seed give the same row, bit for bit.
+    ``accuracy`` and ``loss`` are filled in by evaluation rounds.
+    """
+    agg, result, ok = closed.aggregated, trained.result, closed.stale_ok
+    return {
+        "round": opened.round, "sim_time_s": sim_time_s, "round_duration_s": closed.duration_s,
+        "accuracy": float("nan"), "loss": float("nan"),
+        "train_loss": float(np.average(result.losses[agg], weights=np.maximum(result.samples[agg], 1)))
+        if agg.any() else float("nan"),
+        "lr": trained.lr, "bytes_up": int(delivered_up.sum()) + opened.probe.bytes_up,
+        "bytes_down": int(trained.down.sum()) + opened.probe.bytes_down,
+        "n_available": int(len(opened.available)), "n_selected": opened.size, "n_aggregated": len(aggregated.reports),
+        "n_stale": int(ok.sum()), "n_late": int(closed.late.sum()), "n_stale_dropped": int((~ok).sum()),
+        "n_dropped": int((closed.finish_s > closed.dropped_at_s).sum()), "n_rejected": int(trained.rejected.sum()),
+        "download_s": closed.download_s, "resource_s": float(closed.close.busy_s.sum()) + opened.probe.busy_s,
+        "wasted_s": float(wasted.sum()) + stale_wasted,
+        "tau": tau, "coords_changed": int(aggregated.coords_changed),
+        **extra,
+    }
+
+
+def cumulate(rows: list[dict]) -> None:
+    """Add the running ``cum_*`` totals to each row, in place."""
+    totals: dict[str, Any] = {"bytes_up": 0, "bytes_down": 0, "resource_s": 0.0, "wasted_s": 0.0, "download_s": 0.0}
+    for row in rows:
+        for k in totals:
+            totals[k] += row[k]
+            row[f"cum_{k}"] = totals[k]
+
+
+# ---- summaries -----------------------------------------------------------------------------------
+def summarize(variant: str, seed: int, rows: list[dict], extra: Mapping[str, Any], target: float | None) -> dict:
+    """One run's summary from its rows (with ``cum_*`` columns) and the engine's own figures."""
+    acc = np.array([r["accuracy"] for r in rows], dtype=float)
+    evaluated = np.flatnonzero(~np.isnan(acc))
+    last = rows[-1]
+    tail, tail_std = tail_accuracy(acc)
+    s = {
+        "variant": variant, "seed": seed, "rounds": len(rows),
+        "final_accuracy": float(acc[evaluated[-1]]) if len(evaluated) else math.nan,
+        "best_accuracy": float(np.nanmax(acc)) if len(evaluated) else math.nan,
+        "final_loss": float(rows[evaluated[-1]]["loss"]) if len(evaluated) else math.nan,
+        "tail_accuracy": tail, "tail_accuracy_std": tail_std,
+        "best_loss": optimal_test_loss(np.array([rows[i]["loss"] for i in evaluated], dtype=float)),
+        "bytes_up": int(last["cum_bytes_up"]), "bytes_down": int(last["cum_bytes_down"]),
+        "sim_time_s": float(last["sim_time_s"]), "resource_s": float(last["cum_resource_s"]),
+        "wasted_s": float(last["cum_wasted_s"]),
+        "download_time_s": float(last["cum_download_s"]),
+        "rounds_to_target": math.nan, "sim_time_to_target_s": math.nan, "download_time_to_target_s": math.nan,
+        "bytes_down_to_target": math.nan, "bytes_up_to_target": math.nan,
+    }
+    if target is not None:
+        hit = np.flatnonzero(acc >= target)
+        if len(hit):
+            row = rows[hit[0]]
+            s.update(rounds_to_target=int(hit[0]) + 1, sim_time_to_target_s=float(row["sim_time_s"]),
+                     download_time_to_target_s=float(row["cum_download_s"]),
+                     bytes_down_to_target=int(row["cum_bytes_down"]), bytes_up_to_target=int(row["cum_bytes_up"]))
+    s.update(extra)
+    return s
+
+
+def comparison_rows(summaries: list[dict]) -> list[dict]:
+    """One row per (variant, seed), then a ``mean`` and a ``std`` row per variant (over seeds)."""
+    out = []
+    variants = list(dict.fromkeys(s["variant"] for s in summaries))
+    for v in variants:
+        runs = [s for s in summaries if s["variant"] == v]
+        for s in runs:
+            out.append({"variant": v, "seed": s["seed"], **{k: s.get(k, math.nan) for k in SUMMARY_KEYS}})
+        for stat, fn in (("mean", np.nanmean), ("std", np.nanstd)):
+            row = {"variant": v, "seed": stat}
+            for k in SUMMARY_KEYS:
+                vals = np.array([np.nan if s.get(k) is None else s.get(k, np.nan) for s in runs], dtype=float)
+                row[k] = float(fn(vals)) if np.any(~np.isnan(vals)) else math.nan
+            out.append(row)
+    return out

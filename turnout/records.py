@@ -1,0 +1,162 @@
+"""The typed records that cross from one seam to another during a round.
+
+Selector → :class:`Cohort` (who, with what weight, per-member tags) → executor
+(:class:`ClientBatch` in, :class:`CohortResult` out) → round mode (:class:`RoundClose`) →
+selector again (:class:`RoundFeedback`) and algorithm (:class:`Reports`). A selector reads a
+:class:`SelectionContext`. All are frozen: a seam reads what another decided and never edits it.
+They live here, not in one seam's module, so no seam imports another to talk to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Callable, Mapping
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from .availability.base import Availability
+    from .world.context import WorldContext
+
+
+@dataclass(frozen=True)
+class Cohort:
+    """Clients to launch this round and the weight each report gets in aggregation.
+
+    ``normalize=True`` means weights are relative: the server divides by the sum over the reports
+    that actually arrive (so dropouts do not shrink the update). ``normalize=False`` means the
+    weights are absolute (unbiased estimators such as FedAvg's N/K·p_i form) and used as given.
+    ``target`` is the number of reports the round wants (K); ``len(clients)`` may be larger when the
+    round mode over-commits. ``tags`` are per-member arrays aligned with ``clients`` (``"sticky"``:
+    GlueFL's members drawn from the sticky group, which its compressor treats differently).
+    """
+
+    clients: np.ndarray
+    weights: np.ndarray
+    normalize: bool = True
+    target: int = 0
+    tags: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.clients) != len(self.weights):
+            raise ValueError("cohort clients and weights differ in length")
+        for name, values in self.tags.items():
+            if len(values) != len(self.clients):
+                raise ValueError(f"cohort tag {name!r} has {len(values)} entries for {len(self.clients)} clients")
+        object.__setattr__(self, "clients", np.asarray(self.clients).astype(np.int64))
+        object.__setattr__(self, "tags", MappingProxyType(dict(self.tags)))
+        if not self.target:
+            object.__setattr__(self, "target", len(self.clients))
+
+    def tag(self, name: str) -> np.ndarray | None:
+        """A per-member tag, or None when the selector set none."""
+        return self.tags.get(name)
+
+
+@dataclass(frozen=True)
+class SelectionContext:
+    """Everything a selector may use in one round."""
+
+    round: int
+    time_s: float
+    available: np.ndarray  # ids of clients that can be launched now
+    launch: int  # how many the round mode wants launched (≥ target under over-commitment)
+    rng: np.random.Generator  # the (seed, "selection", round) stream
+    world: WorldContext
+    availability: Availability  # the availability model (oracle predictions, e.g. REFL IPS)
+    #: ``probe_loss(clients, batch) -> loss per client`` of the current global model on each
+    #: client's training data (a ``batch``-sample minibatch, or all of it when ``batch`` is None);
+    #: the engine charges the probe's download, compute and upload to the round.
+    probe_loss: Callable[[np.ndarray, int | None], np.ndarray]
+    #: clients whose late reports are still in flight, and when each will reach the server
+    #: (absolute simulated seconds) — REFL excludes them and APT counts the ones due this round.
+    pending_clients: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    pending_arrival_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+@dataclass(frozen=True)
+class RoundFeedback:
+    """What happened to a launched cohort, aligned with ``clients``."""
+
+    round: int
+    clients: np.ndarray
+    aggregated: np.ndarray  # bool
+    late: np.ndarray  # bool
+    train_loss: np.ndarray  # mean local training loss (nan for clients that did not train)
+    n_samples: np.ndarray  # samples processed
+    finish_s: np.ndarray  # seconds from round start to delivery (if it had not been cut)
+    busy_s: np.ndarray  # client-seconds actually spent
+    updates: torch.Tensor  # (k, dim) decoded uploads
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class Reports:
+    """The reports a server aggregates in one round, aligned by row.
+
+    ``updates`` are the decoded uploads (after the compressor), ``weights`` come from the
+    selector (relative if ``normalize``), ``staleness`` is 0 for fresh reports and the number of
+    rounds late otherwise.
+    """
+
+    clients: np.ndarray
+    updates: torch.Tensor  # (k, dim)
+    weights: np.ndarray
+    normalize: bool
+    n_samples: np.ndarray
+    losses: np.ndarray
+    staleness: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.clients)
+
+    def weighted_mean(self) -> torch.Tensor:
+        """Σ w_i u_i (divided by Σ w_i when weights are relative); zero when there are no reports."""
+        if len(self) == 0:
+            return torch.zeros(self.updates.shape[1], dtype=self.updates.dtype)
+        w = torch.as_tensor(self.weights, dtype=self.updates.dtype)
+        if self.normalize:
+            total = float(w.sum())
+            w = w / total if total > 0 else torch.full_like(w, 1.0 / len(w))
+        return w @ self.updates
+
+
+@dataclass(frozen=True)
+class RoundClose:
+    """The outcome of closing a round over the launched cohort (arrays aligned with the cohort).
+
+    ``aggregated``: reports used this round. ``late``: reports that will arrive after the close and
+    are kept for a later round (with their staleness). Everything else launched is wasted.
+    ``busy_s``: client-seconds each launched client spent (up to its finish, its dropout, or the
+    moment the server stopped waiting for it).
+    """
+
+    aggregated: np.ndarray
+    late: np.ndarray
+    duration_s: float
+    busy_s: np.ndarray
+
+
+@dataclass(frozen=True)
+class ClientBatch:
+    """The clients to train this round and what they start from."""
+
+    round: int
+    clients: np.ndarray
+    steps: np.ndarray  # local steps per client
+    lr: float
+    global_params: torch.Tensor
+    buffers: dict[str, torch.Tensor]
+    seed: int
+
+
+@dataclass(frozen=True)
+class CohortResult:
+    """Per-client outputs, stacked in the order of ``ClientBatch.clients``."""
+
+    updates: torch.Tensor  # (k, dim): what each client uploads (before compression)
+    losses: np.ndarray  # mean training loss over the local steps
+    samples: np.ndarray  # samples processed (drives compute time)
+    buffers: list[dict[str, torch.Tensor]]
