@@ -207,7 +207,7 @@ def cmd_list(seam: str | None = None) -> int:
                 continue
             print(f"  {name:<22} {describe(cls)}")
             if seam is not None:
-                for key, field in getattr(cls, "Config").model_fields.items():
+                for key, field in cls.Config.model_fields.items():
                     default = field.default if not field.is_required() else "(required)"
                     print(f"      {key} = {default!r}: {field.description or ''}".rstrip(": "))
     return 0

@@ -18,7 +18,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .config.loader import Component, ResolvedExperiment, expand as _expand, load_experiment as _load
+from .config.loader import Component, ResolvedExperiment
+from .config.loader import expand as _expand
+from .config.loader import load_experiment as _load
 from .errors import ConfigError
 from .registry import Registry
 from .training.config import TrainConfig

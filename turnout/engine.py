@@ -49,7 +49,7 @@ from .world.probe import LossProbe
 from .world.state_store import ClientStateStore
 from .world.wire import WirePricer
 
-#: Server-side inputs handed to components that look at the model's outputs (FedGS's functional graph).
+#: Server-side inputs handed to components that compare clients through the model's outputs.
 SERVER_INPUTS = 128
 
 

@@ -11,7 +11,7 @@ from turnout.algorithms.fedavg import FedAvg, FedAvgConfig, ServerLRConfig
 from turnout.algorithms.fedawe import FedAWE, FedAWEConfig
 from turnout.algorithms.fedvarp import FedVARP, FedVARPConfig
 from turnout.algorithms.mifa import MIFA, MIFAConfig
-from turnout.algorithms.server_optim import FedAdam, FedYogi, AdaptiveServerConfig
+from turnout.algorithms.server_optim import AdaptiveServerConfig, FedAdam, FedYogi
 from turnout.world.state_store import ClientStateStore
 
 

@@ -1,9 +1,8 @@
 """SAFA (spec §6.7): REFL's emulation (every online client launched, a target ratio of reports, deadline
 rounds, stale bound 5) plus SAFA's cache of the latest client models."""
 
-import math
-
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -12,8 +11,8 @@ import torch
 import turnout.algorithms.safa  # noqa: F401  (registers components)
 from turnout.algorithms.base import AlgorithmContext, Reports
 from turnout.algorithms.safa import CACHE_SLOT, SAFA, SAFAConfig
-from turnout.selectors.safa import SAFASelector
 from turnout.selectors.base import SelectionContext
+from turnout.selectors.safa import SAFASelector
 from turnout.training.local_sgd import evaluate
 from turnout.world.context import WorldContext
 

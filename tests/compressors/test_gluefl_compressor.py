@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from turnout.composition import expand
 from turnout.compressors.base import sparse_bytes
 from turnout.compressors.gluefl import GlueFLMaskShifting
-from turnout.composition import expand
 from turnout.compressors.sparse import Layout, bitmap_bytes, index_bytes
 from turnout.errors import ConfigError
 from turnout.records import Cohort

@@ -10,8 +10,7 @@ import pytest
 
 import turnout.data.partition  # noqa: F401  (registers the partitioners split_pool uses)
 from turnout.config.components import validate_component
-from turnout.data.idx import (FASHION_MNIST_HINT, IDX_DTYPES, MNIST_HINT, FashionMnistDataset, MnistDataset,
-                              read_idx)
+from turnout.data.idx import FASHION_MNIST_HINT, IDX_DTYPES, MNIST_HINT, FashionMnistDataset, MnistDataset, read_idx
 from turnout.data.registry import DATASETS
 from turnout.errors import ConfigError, DataError
 

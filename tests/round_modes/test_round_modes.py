@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from turnout.config.base import NoOptions
+from turnout.registry import describe
 from turnout.round_modes import ROUND_MODES
 from turnout.round_modes.deadline import Deadline, DeadlineConfig
 from turnout.round_modes.over_commit import OverCommit, OverCommitConfig
 from turnout.round_modes.wait_all import WaitAll
-from turnout.config.base import NoOptions
-from turnout.registry import describe
 
 INF = np.inf
 

@@ -1,7 +1,18 @@
 """Algorithm seam: a client rule (what a client computes and sends) + a server rule (how reports become the next model)."""
 
 from . import (  # noqa: F401  (registers components)
-    adaptive_ou, fedau, fedavg, fedawe, fedprox, fedsum, fedvarp, mifa, safa, scaffold, server_optim, stale_aware,
+    adaptive_ou,
+    fedau,
+    fedavg,
+    fedawe,
+    fedprox,
+    fedsum,
+    fedvarp,
+    mifa,
+    safa,
+    scaffold,
+    server_optim,
+    stale_aware,
 )
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 

@@ -51,8 +51,8 @@ import torch
 from pydantic import Field
 
 from .. import rng as rngmod
-from .fedavg import ServerLRConfig
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
+from .fedavg import ServerLRConfig
 from .ou_estimator import OUEstimator
 
 

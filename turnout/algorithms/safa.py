@@ -38,8 +38,8 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from .fedavg import ServerLRConfig
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
+from .fedavg import ServerLRConfig
 
 CACHE_SLOT = "safa_cache"
 

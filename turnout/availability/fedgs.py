@@ -22,7 +22,6 @@ Conventions shared by every mode here (our choices where the spec leaves room):
 from __future__ import annotations
 
 from abc import abstractmethod
-
 from typing import Literal
 
 import numpy as np

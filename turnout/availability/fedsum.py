@@ -264,6 +264,8 @@ class ReshuffledCyclic(Availability):
     class Config(_BlockOptions):
         pass
 
+    scratch_attrs = ("_cached",)  # the latest epoch's permutation, a pure function of (seed, epoch)
+
     def __init__(self, cfg: Config, world: WorldContext):
         super().__init__(cfg, world)
         _check_m(cfg.m, world)

@@ -135,7 +135,7 @@ class TraceAvailability(Availability):
             except DataError as exc:  # an unreadable calibration file
                 raise ConfigError("availability.generator.calibration_path", cfg.generator.calibration_path,
                                   str(exc)) from None
-        self._pointer: np.ndarray | None = None  # FedScale pointer emulation (lookup: fedscale)
+        self._pointer: np.ndarray | None = None  # FedScale pointer emulation (lookup: fedscale_pointer)
         self._window_cache: dict = {}
         if cfg.lookup == "exact":
             # the all-clients index (seconds at 10^6 clients) is part of construction, so that no

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from pydantic import BaseModel
 
-from ..registry import Registry
 from ..records import Cohort
+from ..registry import Registry
 from ..state import Stateful
 from ..world.state_store import ClientStateStore
 

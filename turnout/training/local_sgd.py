@@ -15,6 +15,7 @@ clients, in another process — can apply the same record without calling back i
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 import torch
 import torch.nn.functional as F

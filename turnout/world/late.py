@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..state import Stateful
+
 
 @dataclass
 class Arrived:
@@ -31,8 +33,10 @@ class Arrived:
         return len(self.clients)
 
 
-class LateBuffer:
+class LateBuffer(Stateful):
     """Struct-of-arrays store of in-flight reports."""
+
+    state_attrs = ("clients", "origin_round", "arrival_s", "weights", "n_samples", "losses", "busy_s", "updates")
 
     def __init__(self, dim: int):
         self.dim = dim

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..state import Stateful
+
 #: ``last_changed`` of the initial model: every client lacks it until its first download.
 INITIAL = -1
 
 
-class CoordinateLedger:
+class CoordinateLedger(Stateful):
     """``last_changed[j]`` = last round whose aggregation changed coordinate ``j``."""
+
+    state_attrs = ("last_changed", "hist")
 
     def __init__(self, dim: int, max_rounds: int):
         self.dim = dim

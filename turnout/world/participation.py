@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..state import Stateful
 
-class GapStats:
+
+class GapStats(Stateful):
     """Per-client count, mean and max of the gaps between consecutive events (rounds)."""
+
+    state_attrs = ("last", "total", "count", "max")
 
     def __init__(self, num_clients: int):
         self.last = np.full(num_clients, -1, np.int64)
@@ -37,8 +41,10 @@ class GapStats:
         return {f"{prefix}_gap_mean": mean, f"{prefix}_gap_max": np.where(self.count > 0, self.max, -1)}
 
 
-class ParticipationTracker:
+class ParticipationTracker(Stateful):
     """Last-participation times, the delay τ(t) per round, and selection/participation gaps."""
+
+    state_attrs = ("selection", "participation", "taus")
 
     def __init__(self, num_clients: int):
         self.selection = GapStats(num_clients)

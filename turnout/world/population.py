@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..state import Stateful
+
 #: ``synced_through`` value of a client that never downloaded the model.
 NEVER = -2
 
@@ -35,9 +37,15 @@ class DeviceProfiles:
             raise ValueError("device profile compute_s_per_sample must be >= 0")
 
 
-@dataclass
-class Population:
-    """Everything the world knows per client, as parallel arrays of length ``size``."""
+@dataclass(eq=False)
+class Population(Stateful):
+    """Everything the world knows per client, as parallel arrays of length ``size``.
+
+    ``n_train`` and ``devices`` come from the dataset and the seed; the counters are run state.
+    """
+
+    state_attrs = ("times_selected", "times_aggregated", "bytes_up", "bytes_down", "resource_s", "wasted_s",
+                   "last_round", "synced_through")
 
     n_train: np.ndarray
     devices: DeviceProfiles

@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..state import Stateful
+
 
 class _Slot:
     """One named kind of state (e.g. "scaffold_c"): client → row, rows in RAM or on disk."""
@@ -24,8 +26,14 @@ class _Slot:
         self.row = np.full(num_clients, -1, dtype=np.int64)  # ≥ 0: RAM row; ≤ −2: disk row −(r+2)
 
 
-class ClientStateStore:
-    """Named float32 vectors of length ``dim`` per client, read and written in batches by client id."""
+class ClientStateStore(Stateful):
+    """Named float32 vectors of length ``dim`` per client, read and written in batches by client id.
+
+    Its checkpoint (:meth:`state_dict`) carries every slot's row map, the RAM rows, and the spilled
+    rows as read-only memory maps of a copy of the spill files (so a checkpoint of a store that
+    spilled 50 GB never holds 50 GB in RAM); that copy stays valid until the next
+    :meth:`state_dict` or :meth:`close`.
+    """
 
     def __init__(self, dim: int, num_clients: int, budget_bytes: int, spill_dir: str | Path | None = None):
         self.dim, self.num_clients, self.budget_bytes = int(dim), int(num_clients), int(budget_bytes)
@@ -37,6 +45,7 @@ class ClientStateStore:
         self._chunks: list[np.memmap] = []  # spill files of ``_chunk_rows`` rows each
         self._chunk_rows = max(1, (256 << 20) // max(1, self.dim * 4))
         self._paths: list[Path] = []
+        self._snapshots: list[Path] = []  # copies of the spill files handed out by the last state_dict()
         self._disk_used = 0
         self.peak_ram_bytes = 0
         self.spilled_bytes = 0
@@ -99,6 +108,9 @@ class ClientStateStore:
             self._ram_used += 1
             self.peak_ram_bytes = max(self.peak_ram_bytes, self._ram.nbytes)
             return self._ram_used - 1
+        return self._allocate_disk()
+
+    def _allocate_disk(self) -> int:
         if self._disk_used == len(self._chunks) * self._chunk_rows:  # open the next spill chunk
             if self._spill_dir is None and self._own_dir is None:
                 self._own_dir = Path(tempfile.mkdtemp(prefix="turnout-state-"))
@@ -111,12 +123,53 @@ class ClientStateStore:
         self.spilled_bytes = self._disk_used * self.row_bytes
         return -(self._disk_used - 1) - 2
 
+    # ---- checkpoints -----------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        self._drop_snapshots()
+        disk = []
+        for i, chunk in enumerate(self._chunks):
+            chunk.flush()
+            copy = self._paths[i].with_name(self._paths[i].name + ".snapshot")
+            shutil.copyfile(self._paths[i], copy)
+            self._snapshots.append(copy)
+            used = min(self._chunk_rows, self._disk_used - i * self._chunk_rows)
+            disk.append(np.memmap(copy, dtype=np.float32, mode="r", shape=(self._chunk_rows, self.dim))[:used])
+        return {"slots": {name: slot.row.copy() for name, slot in self._slots.items()},
+                "ram": self._ram[: self._ram_used].copy(), "ram_capacity": int(len(self._ram)),
+                "disk": disk, "peak_ram_bytes": int(self.peak_ram_bytes), "spilled_bytes": int(self.spilled_bytes)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Rebuild the store from a checkpoint (into this store's own RAM buffer and spill files)."""
+        self.close()
+        self._slots = {}
+        for name, rows in state["slots"].items():
+            slot = self._slot(name)
+            slot.row[:] = np.asarray(rows, dtype=np.int64)
+        ram = np.asarray(state["ram"], dtype=np.float32).reshape(-1, self.dim)
+        self._ram = np.zeros((int(state["ram_capacity"]), self.dim), dtype=np.float32)
+        self._ram[: len(ram)] = ram
+        self._ram_used = len(ram)
+        self._disk_used = 0
+        for chunk in state["disk"]:
+            for start in range(0, len(chunk), 4096):  # bounded memory: copy spilled rows in blocks
+                block = np.asarray(chunk[start:start + 4096], dtype=np.float32)
+                for row in block:
+                    self._disk_row(-self._allocate_disk() - 2)[:] = row
+        self.peak_ram_bytes = int(state["peak_ram_bytes"])
+        self.spilled_bytes = int(state["spilled_bytes"])
+
+    def _drop_snapshots(self) -> None:
+        for path in self._snapshots:
+            path.unlink(missing_ok=True)
+        self._snapshots = []
+
     def stats(self) -> dict[str, int]:
         return {"state_peak_ram_bytes": int(self.peak_ram_bytes), "state_spilled_bytes": int(self.spilled_bytes),
                 "state_rows": int(self._ram_used + self._disk_used)}
 
     def close(self) -> None:
         """Delete the spill files (and their folder when the store made it)."""
+        self._drop_snapshots()
         self._chunks = []
         for path in self._paths:
             path.unlink(missing_ok=True)
