@@ -20,7 +20,7 @@ import time
 import numpy as np
 import torch
 
-from turnout.config.loader import expand
+from turnout.composition import expand
 from turnout.data.federated import FederatedDataset, offsets_from_counts
 from turnout.engine import Simulation
 from turnout.executors.base import CohortResult, Executor
@@ -77,8 +77,7 @@ def main(argv: list[str] | None = None) -> int:
            "availability": {"name": args.availability}, "devices": {"name": args.devices},
            "eval": {"every": args.rounds}, "output": {"progress": False}}
     exp = expand(raw)[0]
-    sim = Simulation(exp, data, seed=0)
-    sim.executor = StubExecutor(None)
+    sim = Simulation(exp, data, seed=0, components={"executor": StubExecutor(None)})
     build_s = time.perf_counter() - t_build
     rss_built = peak_rss_mb()
 

@@ -7,6 +7,7 @@ code 2 — never a traceback — and leave no run folder behind.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -28,8 +29,16 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("config", help="experiment YAML file")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config value, e.g. --set selector.clients_per_round=20 (repeatable)")
-    run.add_argument("--out", type=Path, default=None, help="run folder (default: runs/<name>-<timestamp>)")
+    where = run.add_mutually_exclusive_group()
+    where.add_argument("--out", type=Path, default=None,
+                       help="new run folder (default: runs/<name>-<timestamp>-<random>); must not exist")
+    where.add_argument("--resume", type=Path, default=None, metavar="DIR",
+                       help="continue the unfinished run in DIR (CONFIG and --set must resolve to what it started with)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    res = sub.add_parser("resume", help="continue an interrupted run from its last checkpoints")
+    res.add_argument("resume", type=Path, metavar="DIR", help="the run folder (DIR or DIR.partial)")
+    res.add_argument("--quiet", action="store_true", help="no progress bar")
+    res.set_defaults(config=None, overrides=[], out=None)
     ls = sub.add_parser("list", help="list every registered component per seam (with a seam: their options)")
     ls.add_argument("seam", nargs="?", default=None,
                     help="show the options of this seam's components (e.g. compressor, selector.sticky)")
@@ -214,29 +223,127 @@ def cmd_list(seam: str | None = None) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .composition import load_experiment
-    from .experiment import check_out_dir, default_out_dir, prepare, run_plan
+    from .composition import expand
+    from .config.loader import parse_override, read_yaml
+    from .experiment import run_experiment
     from .progress import ProgressBar
+    from .rundir import check_out, default_out_dir
 
-    variants = load_experiment(args.config, args.overrides)
-    out = args.out or default_out_dir(variants[0].config.name)
-    check_out_dir(out)  # a taken --out fails before datasets are built, not after
-    plan = prepare(variants)
-    quiet = args.quiet or not variants[0].config.output.progress
-    with ProgressBar(plan.total_rounds, disable=quiet) as bar:
-        summary = run_plan(plan, out, progress=bar.update)
-    for row in summary["variants"]:
-        acc = row["final_accuracy"]
-        print(f"{row['variant']:<24} final accuracy {acc:.4f}  bytes down {row['bytes_down']:.3g}"
-              f"  bytes up {row['bytes_up']:.3g}  sim time {row['sim_time_s']:.1f}s"
-              + (f"  centralized {row['centralized_accuracy']:.4f}"
-                 if row.get("centralized_accuracy") == row.get("centralized_accuracy")
-                 and row.get("centralized_accuracy") is not None else ""))
-    print(f"run folder: {out}")
+    resume = getattr(args, "resume", None)
+    if args.config is None:  # `turnout resume DIR`: the folder's stored experiment is the source of truth
+        variants, experiment = None, None
+    else:
+        raw = read_yaml(args.config)
+        overrides = dict(parse_override(o) for o in args.overrides)
+        variants = expand(raw, overrides)
+        experiment = {"raw": raw, "overrides": overrides}
+    out = None
+    if resume is None:
+        out = args.out or default_out_dir(variants[0].config.name)
+        check_out(out)  # a taken or impossible --out fails before datasets are built, not after
+    _BOUNDARY.folder = out if resume is None else resume
+    quiet = args.quiet or (variants is not None and not variants[0].config.output.progress)
+    with _stop_on_signals() as stop, ProgressBar(disable=quiet) as bar:
+        folder, summary = run_experiment(variants, experiment, out=out, resume=resume, expand=expand,
+                                         progress=bar, stop=stop)
+    for line in outcome_lines(summary):
+        print(line)
+    print(f"run folder: {folder}")
     return 0
 
 
+def outcome_lines(summary: dict) -> list[str]:
+    """One line per variant: mean ± std over its seeds of the headline numbers (divergence said so)."""
+    import numpy as np
+
+    out = []
+    for row in summary["variants"]:
+        runs = [r for r in summary["runs"] if r["variant"] == row["variant"]]
+        n = len(runs)
+        acc = np.array([r["final_accuracy"] for r in runs if r.get("final_accuracy") is not None], float)
+        seeds = f"{n} seed{'s' if n != 1 else ''}"
+        if len(acc):
+            spread = f" ± {acc.std():.4f}" if len(acc) > 1 else ""
+            over = f"mean over {seeds}" if len(acc) == n else f"mean over {len(acc)} of {seeds}"
+            text = f"final accuracy {acc.mean():.4f}{spread} ({over})"
+        else:
+            text = "final accuracy —"
+        diverged = [r["diverged_at_round"] for r in runs if r.get("diverged_at_round") is not None]
+        if diverged:
+            text += f"; diverged in {len(diverged)} of {seeds} (at round {', '.join(map(str, diverged))})"
+        extra = "" if row.get("centralized_accuracy") is None else f"  centralized {row['centralized_accuracy']:.4f}"
+        out.append(f"{row['variant']:<24} {text}  bytes down {row['bytes_down']:.3g}  bytes up {row['bytes_up']:.3g}"
+                   f"  sim time {row['sim_time_s']:.1f}s{extra}")
+    return out
+
+
+class _Boundary:
+    """Where the run being executed lives, for the traceback log of an unexpected error."""
+
+    folder: Path | None = None
+
+
+_BOUNDARY = _Boundary()
+
+
+@contextlib.contextmanager
+def _stop_on_signals():
+    """SIGINT/SIGTERM: checkpoint after the current round, then exit 130/143; a second signal stops at once."""
+    import signal
+
+    from .unit import StopFlag
+
+    stop = StopFlag()
+
+    def handler(signum, frame):
+        name = signal.Signals(signum).name
+        if stop.requested:
+            raise KeyboardInterrupt
+        stop.signal = signum
+        stop.request(f"interrupted by {name}")
+        print(f"turnout: {name}: finishing the current round, then saving a checkpoint "
+              "(send it again to stop at once)", file=sys.stderr, flush=True)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _log_traceback(exc: BaseException) -> Path:
+    """Write the full traceback to the run folder's logs/ (or a temp file) and return the path."""
+    import tempfile
+    import time
+    import traceback
+
+    from .rundir import partial_of
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    folder = _BOUNDARY.folder
+    candidates = []
+    if folder is not None:
+        folder = Path(folder)
+        candidates = [folder if folder.name.endswith(".partial") else partial_of(folder), folder]
+    for base in candidates:
+        if base.is_dir():
+            path = base / "logs" / f"error-{time.strftime('%Y%m%d-%H%M%S')}.log"
+            try:
+                path.parent.mkdir(exist_ok=True)
+                path.write_text(text)
+                return path
+            except OSError:
+                break
+    fd, name = tempfile.mkstemp(prefix="turnout-error-", suffix=".log")
+    with open(fd, "w") as f:
+        f.write(text)
+    return Path(name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    from .experiment import RunInterrupted
+
     args = _parser().parse_args(argv)
     try:
         if args.command == "list":
@@ -248,12 +355,28 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "plot":
             return cmd_plot(args)
         return cmd_run(args)
+    except RunInterrupted as exc:
+        print(f"turnout: {exc}", file=sys.stderr)
+        import signal
+
+        return 128 + int(exc.stop_signal) if exc.stop_signal is not None else 130  # 130 SIGINT, 143 SIGTERM
     except TurnoutError as exc:
-        print(f"turnout: error: {exc}", file=sys.stderr)
+        print(f"turnout: error: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("turnout: interrupted", file=sys.stderr)
+        where = f"; the last checkpoint is in {_BOUNDARY.folder}" if _BOUNDARY.folder else ""
+        print(f"turnout: stopped at once{where}", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug or an environment failure: one line here, the traceback in a log
+        log = _log_traceback(exc)
+        print(f"turnout: error: unexpected {type(exc).__name__}: {_one_line(str(exc))} (full traceback: {log})",
+              file=sys.stderr)
+        return 1
+
+
+def _one_line(text: str, limit: int = 500) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ simulation can be saved between rounds and resumed bit for bit.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -89,8 +90,8 @@ class Simulation(Stateful):
     ``{"selector": lambda ctx: MySelector(cfg, ctx.world)}``; see :func:`turnout.composition.compose`).
     """
 
-    state_attrs = ("next_round", "sim_time", "global_model", "population", "ledger", "late", "participation",
-                   "store", "availability", "selector", "round_mode", "algorithm", "compressor")
+    state_attrs = ("next_round", "sim_time", "diverged_at", "global_model", "population", "ledger", "late",
+                   "participation", "store", "availability", "selector", "round_mode", "algorithm", "compressor")
 
     def __init__(self, exp: ResolvedExperiment, data: FederatedDataset, seed: int, scratch_dir=None,
                  components: Mapping[str, Injected] | None = None):
@@ -123,6 +124,7 @@ class Simulation(Stateful):
                                  self.parts.algorithm.downlink_vectors, self.model.buffer_bytes())
         self.next_round = 0
         self.sim_time = 0.0
+        self.diverged_at: int | None = None  # the round after which the global model stopped being finite
         self.unused_late_s = 0.0
 
     # ---- the components (read-only: inject replacements at construction) ------------------------
@@ -154,31 +156,50 @@ class Simulation(Stateful):
     def advance(self, until: int | None = None, observers: Iterable[Observer] = ()) -> list[dict]:
         """Run rounds ``next_round … until − 1`` (default: to the end) and return their rows.
 
-        Stops early when an observer's ``after_round`` returns true.
+        Stops early when an observer's ``after_round`` returns true, and for good when the global
+        model diverges (a non-finite parameter or evaluation loss): a diverged model's accuracy is
+        not evaluated — an argmax over NaN logits is no result — and :attr:`diverged_at` says when.
         """
         cfg = self.exp.config
         end = cfg.rounds if until is None else min(int(until), cfg.rounds)
         observers = list(observers)
         rows = []
-        for r in range(self.next_round, end):
-            row = self.step(r)
-            if (r + 1) % cfg.eval.every == 0 or r == cfg.rounds - 1:
-                row["accuracy"], row["loss"] = evaluate(self.model, self.algorithm.eval_params(self.params),
-                                                        self.buffers, self.data.x_server_test,
-                                                        self.data.y_server_test, cfg.eval.batch_size)
+        for r in range(self.next_round, end if self.diverged_at is None else self.next_round):
+            with np.errstate(all="ignore"):  # a diverging model is reported below, not as numpy warnings
+                row = self.step(r)
+                self._evaluate(r, row)
             rows.append(row)
             self.next_round = r + 1
             record = RoundRecord(self.exp.variant, self.seed, r, MappingProxyType(row))
             stop = [bool(o.after_round(r, record)) for o in observers]
-            if any(stop):
+            if any(stop) or self.diverged_at is not None:
                 break
         return rows
+
+    def _evaluate(self, r: int, row: dict) -> None:
+        """Server test accuracy and loss on evaluation rounds; a non-finite model or loss marks divergence."""
+        cfg = self.exp.config
+        if not bool(torch.isfinite(self.params).all()):
+            self.diverged_at = r
+            return
+        if (r + 1) % cfg.eval.every == 0 or r == cfg.rounds - 1:
+            params = self.algorithm.eval_params(self.params)
+            if not bool(torch.isfinite(params).all()):
+                self.diverged_at = r
+                return
+            acc, loss = evaluate(self.model, params, self.buffers, self.data.x_server_test, self.data.y_server_test,
+                                 cfg.eval.batch_size)
+            if not math.isfinite(loss) and len(self.data.y_server_test):
+                self.diverged_at = r
+                return
+            row["accuracy"], row["loss"] = acc, loss
 
     def result(self, rows: list[dict], wall_s: float = 0.0) -> RunResult:
         """Finish the run and collect its tables (``rows`` = every round's row, from the first)."""
         self.finish()
         summary = {"wall_s": wall_s, "late_unused_s": self.unused_late_s, **self.store.stats(),
-                   **self.participation.summary(self.population.times_selected)}
+                   **self.participation.summary(self.population.times_selected),
+                   **({"diverged_at_round": self.diverged_at} if self.diverged_at is not None else {})}
         return RunResult(self.exp.variant, self.seed, rows, self._client_columns(), summary, self.params)
 
     def close(self) -> None:

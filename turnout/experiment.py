@@ -1,27 +1,20 @@
-"""Run every variant × seed of an experiment on shared populations and write the run folder.
+"""Run every variant × seed of an experiment on shared populations, durably, into a run folder.
 
 Fair comparison is the point: for a given seed, every variant sees the same data partition,
 the same initial model, the same device profiles and the same availability draws, because all
 of them come from (seed, purpose) streams that no variant consumes differently. Datasets are
 built once per (data config, seed) and shared.
 
-Run folder::
-
-    config.yaml       resolved config of every variant, with versions and seeds
-    rounds.csv        one row per (variant, seed, round)
-    clients.csv       one row per (variant, seed, client)
-    comparison.csv    one row per (variant, seed) plus mean and std rows per variant
-    summary.json      per-run and per-variant summaries
-    accuracy_vs_*.png overlay plots
-
-The folder is written as ``DIR.partial`` and renamed to ``DIR`` only when everything is done, so
-a folder named ``DIR`` is always complete.
+Each (variant, seed) is a *unit* (:mod:`turnout.unit`) with its own place in the run folder
+(:mod:`turnout.rundir`): rows stream to disk as rounds finish, checkpoints are taken as the run
+goes, a finished unit is never recomputed, and the experiment's tables and plots are built from
+what is on disk once every unit is done (:func:`finalize`). Interrupted (Ctrl-C, SIGTERM, a
+crash), ``turnout resume DIR`` continues every unfinished unit from its last checkpoint.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import platform
 import shutil
 import time
@@ -33,16 +26,19 @@ import numpy as np
 import torch
 import yaml
 
-from . import __version__
+from . import __version__, faults
 from .baselines import centralized_accuracy
 from .config.loader import ResolvedExperiment
 from .data.federated import FederatedDataset
-from .engine import RunResult, Simulation, build_model
-from .errors import ConfigError, DataError
-from .metrics import comparison_rows, cumulate, summarize
+from .engine import build_model
+from .errors import ConfigError, DataError, TurnoutError
+from .metrics import comparison_rows, cumulate
 from .observers import Callback
 from .plots import plot_accuracy
+from .progress import ProgressBar
 from .recorders.base import rows_to_columns
+from .rundir import RunFolder, atomic_write_text
+from .unit import StopFlag, is_done, jsonable, read_clients, read_rows, read_summary, run_unit
 
 
 def versions() -> dict[str, str]:
@@ -120,88 +116,223 @@ def _check_model_fits(exp: ResolvedExperiment, data: FederatedDataset, seed: int
                           f"outputs {out.shape[-1]} scores but dataset {data.name!r} has {data.num_classes} classes")
 
 
-def default_out_dir(name: str) -> Path:
-    return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+@dataclass(frozen=True)
+class Unit:
+    """One (variant, seed) of a plan, with its place in the run folder's ``units/``."""
+
+    index: int  # the variant's position in the experiment
+    exp: ResolvedExperiment
+    seed: int
+
+    @property
+    def variant(self) -> str:
+        return self.exp.variant
 
 
-def check_out_dir(out: Path) -> None:
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ConfigError("--out", str(out), "already exists and is not empty; choose a new directory")
-    partial = out.with_name(out.name + ".partial")
-    if partial.exists():
-        shutil.rmtree(partial)
+def units_of(plan: Plan) -> list[Unit]:
+    """The plan's units in run order: variant by variant, seed by seed."""
+    return [Unit(i, exp, seed) for i, exp in enumerate(plan.variants) for seed in plan.seeds]
 
 
-def run_plan(plan: Plan, out: Path, progress: Callable[[str, int, int, dict], None] | None = None) -> dict:
-    """Run every (variant, seed) and write the run folder; returns the summary dict."""
-    check_out_dir(out)
-    # Pre-flight: build every simulation once (cheap: model init and population arrays) so checks
-    # that need the dataset, such as K <= number of clients, fail before the folder exists.
-    for exp in plan.variants:
-        for seed in plan.seeds:
-            try:
-                Simulation(exp, plan.dataset_for(exp, seed), seed)
-            except ConfigError as exc:
-                raise ConfigError(_where(plan.variants, exp) + exc.key, exc.value, exc.allowed) from None
-    work = out.with_name(out.name + ".partial")
-    work.mkdir(parents=True)
-    first = plan.variants[0]
-    torch.set_num_threads(first.config.runtime.torch_threads)
-    results: list[RunResult] = []
-    summaries = []
+class RunInterrupted(TurnoutError):
+    """A run stopped on request (SIGINT/SIGTERM) after checkpointing; the message says how to resume."""
+
+    def __init__(self, folder: RunFolder, stop: StopFlag, done: int, total: int, current: str | None):
+        self.folder, self.stop_signal, reason = folder, stop.signal, stop.reason
+        where = f"; {current}" if current else ""
+        super().__init__(f"{reason}: {done} of {total} units finished{where}, saved in {folder.path}; "
+                         f"resume with: turnout resume {folder.out}")
+
+
+def resolved_config(plan: Plan) -> dict:
+    """What ``config.yaml`` holds: every variant's resolved config, the seeds and the versions."""
+    return {"turnout": versions(), "name": plan.name, "seeds": plan.seeds,
+            "variants": {v.variant: v.as_dict() for v in plan.variants}}
+
+
+def start_folder(folder: RunFolder, plan: Plan, experiment: dict) -> None:
+    """Record what is being run: the experiment as given (for resume) and the resolved config."""
+    folder.write_json("experiment.json", experiment)
+    atomic_write_text(folder.path / "config.yaml", yaml.safe_dump(resolved_config(plan), sort_keys=False))
+
+
+def run_plan(plan: Plan, folder: RunFolder, progress: ProgressBar | None = None, stop: StopFlag | None = None) -> dict:
+    """Run (or continue) every unit of ``plan`` in ``folder``, then build the tables; returns the summary.
+
+    Raises :class:`RunInterrupted` when ``stop`` is requested (the unit in progress is checkpointed).
+    """
+    stop = stop or StopFlag()
+    units = units_of(plan)
+    torch.set_num_threads(plan.variants[0].config.runtime.torch_threads)
     centralized: dict[tuple, float] = {}  # the ceiling depends on data, model, train and seed only
-    for exp in plan.variants:
-        for seed in plan.seeds:
-            data = plan.dataset_for(exp, seed)
-            sim = Simulation(exp, data, seed, scratch_dir=work / "scratch")
-            res = sim.run([] if progress is None else [Callback(progress)])
-            cumulate(res.rounds)
-            if exp.config.eval.centralized_baseline:
-                key = (_data_key(exp), json.dumps(exp["model"].as_dict(), sort_keys=True),
-                       exp.train.model_dump_json(), exp.config.eval.centralized_epochs, seed)
-                if key not in centralized:
-                    centralized[key], _ = centralized_accuracy(
-                        build_model(exp, data, seed), data, exp.train, exp.config.eval.centralized_epochs, seed,
-                        exp.config.eval.batch_size)
-                res.summary["centralized_accuracy"] = centralized[key]
-            results.append(res)
-            summaries.append(summarize(res.variant, res.seed, res.rounds, res.summary, exp.config.eval.target_accuracy))
+    observers = [] if progress is None else [Callback(progress)]
+    if progress is not None:
+        finished = {(u.variant, u.seed) for u in units if is_done(folder.unit_dir(u.index, u.variant, u.seed))}
+        progress.start([(u.variant, u.seed, u.exp.config.rounds) for u in units], finished)
+    for i, unit in enumerate(units):
+        if i:
+            faults.point("between-units")
+        unit_dir = folder.unit_dir(unit.index, unit.variant, unit.seed)
+        if stop.requested:
+            raise RunInterrupted(folder, stop, i, len(units), None)
+        data = plan.dataset_for(unit.exp, unit.seed)
+        outcome = run_unit(unit.exp, data, unit.seed, unit_dir, stop, observers,
+                           centralized=lambda u=unit, d=data: _centralized(u, d, centralized))
+        if not outcome.done:
+            raise RunInterrupted(folder, stop, i, len(units),
+                                 f"{unit.variant} seed {unit.seed} checkpointed at round "
+                                 f"{outcome.next_round}/{outcome.rounds}")
+    return finalize(plan, folder)
 
-    recorder = first["recorder"].build()
-    rounds = [{"variant": r.variant, "seed": r.seed, **row} for r in results for row in r.rounds]
+
+def _centralized(unit: Unit, data: FederatedDataset, cache: dict) -> float | None:
+    exp = unit.exp
+    if not exp.config.eval.centralized_baseline:
+        return None
+    key = (_data_key(exp), json.dumps(exp["model"].as_dict(), sort_keys=True), exp.train.model_dump_json(),
+           exp.config.eval.centralized_epochs, unit.seed)
+    if key not in cache:
+        cache[key], _ = centralized_accuracy(build_model(exp, data, unit.seed), data, exp.train,
+                                             exp.config.eval.centralized_epochs, unit.seed, exp.config.eval.batch_size)
+    return cache[key]
+
+
+@dataclass
+class _UnitTables:
+    """A finished unit read back from disk (what the plots and tables are built from)."""
+
+    variant: str
+    seed: int
+    rounds: list[dict]
+    clients: dict[str, list]
+    summary: dict
+
+
+def read_units(plan: Plan, folder: RunFolder) -> list[_UnitTables]:
+    out = []
+    for unit in units_of(plan):
+        d = folder.unit_dir(unit.index, unit.variant, unit.seed)
+        rows = read_rows(d / "rounds.jsonl")
+        cumulate(rows)
+        out.append(_UnitTables(unit.variant, unit.seed, rows, read_clients(d), read_summary(d)))
+    return out
+
+
+def finalize(plan: Plan, folder: RunFolder) -> dict:
+    """Build the experiment's tables, summary and plots from the finished units, then complete the folder."""
+    units = read_units(plan, folder)
+    work = folder.path
+    recorder = plan.variants[0]["recorder"].build()
+    rounds = [{"variant": u.variant, "seed": u.seed, **row} for u in units for row in u.rounds]
     recorder.write_table(work, "rounds", rows_to_columns(rounds))
     clients: dict[str, list] = {}
-    for r in results:
-        n = len(next(iter(r.clients.values())))
-        block = {"variant": [r.variant] * n, "seed": [r.seed] * n, **{k: v.tolist() for k, v in r.clients.items()}}
-        for k, v in block.items():
+    for u in units:
+        n = len(next(iter(u.clients.values())))
+        for k, v in {"variant": [u.variant] * n, "seed": [u.seed] * n, **u.clients}.items():
             clients.setdefault(k, []).extend(v)
     recorder.write_table(work, "clients", clients)
+    summaries = [u.summary for u in units]
     recorder.write_table(work, "comparison", rows_to_columns(comparison_rows(summaries)))
-    resolved = {"turnout": versions(), "name": plan.name, "seeds": plan.seeds,
-                "variants": {v.variant: v.as_dict() for v in plan.variants}}
-    (work / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
     summary = {"name": plan.name, "versions": versions(), "runs": summaries,
                "variants": [r for r in comparison_rows(summaries) if r["seed"] == "mean"]}
-    (work / "summary.json").write_text(json.dumps(_jsonable(summary), indent=2) + "\n")
-    if first.config.output.plots:
-        plot_accuracy(results, work, plan.name)
-    shutil.rmtree(work / "scratch", ignore_errors=True)
-    if out.exists():
-        out.rmdir()
-    work.rename(out)
+    atomic_write_text(work / "summary.json", json.dumps(jsonable(summary), indent=2) + "\n")
+    if plan.variants[0].config.output.plots:
+        plot_accuracy(units, work, plan.name)
+    for u in units_of(plan):
+        shutil.rmtree(folder.unit_dir(u.index, u.variant, u.seed) / "scratch", ignore_errors=True)
+    folder.complete()
     return summary
 
 
-def _jsonable(obj):
-    if isinstance(obj, float) and math.isnan(obj):
+# ---- starting and resuming -------------------------------------------------------------------------
+def check_buildable(plan: Plan) -> None:
+    """Build every simulation once (model init and population arrays: cheap), so that checks needing
+    the dataset — e.g. K <= number of clients — fail before any unit runs."""
+    from .engine import Simulation
+
+    for exp in plan.variants:
+        for seed in plan.seeds:
+            try:
+                Simulation(exp, plan.dataset_for(exp, seed), seed).close()
+            except ConfigError as exc:
+                raise ConfigError(_where(plan.variants, exp) + exc.key, exc.value, exc.allowed) from None
+
+
+def first_difference(a, b, path: str = "") -> str | None:
+    """The first dotted key at which two config trees differ (``None`` when equal)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in list(a) + [k for k in b if k not in a]:
+            if k not in a or k not in b:
+                return f"{path}{k}"
+            d = first_difference(a[k], b[k], f"{path}{k}.")
+            if d is not None:
+                return d
         return None
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.floating,)):
-        return _jsonable(float(obj))
-    return obj
+    return None if a == b else path.rstrip(".") or "(whole config)"
+
+
+def open_resume(given: Path, expected_variants: list[ResolvedExperiment] | None, expand) -> tuple[RunFolder, list]:
+    """Lock an unfinished run folder and rebuild its variants from what it stored.
+
+    ``expected_variants`` (from ``turnout run CONFIG --resume DIR``) must resolve to the stored
+    config; a difference is one line naming the first differing key.
+    """
+    folder = RunFolder.reopen(given)
+    try:
+        stored = folder.read_json("experiment.json")
+        saved = yaml.safe_load((folder.path / "config.yaml").read_text())["variants"]
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
+        folder.release()
+        raise ConfigError("resume", str(given), f"its experiment.json/config.yaml cannot be read ({exc})") from None
+    try:
+        variants = expand(stored["raw"], stored["overrides"]) if expected_variants is None else expected_variants
+        now = {v.variant: v.as_dict() for v in variants}
+        diff = first_difference(saved, now)
+        if diff is not None:
+            why = ("differs from the config the run was started with" if expected_variants is not None else
+                   "resolves differently with this turnout version than when the run started")
+            raise ConfigError(diff, _lookup(now, diff), f"{why} (stored in {folder.path / 'config.yaml'}); "
+                                                        "resume with the original config")
+    except BaseException:
+        folder.release()
+        raise
+    return folder, variants
+
+
+def _lookup(tree, dotted: str):
+    for part in dotted.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return None
+        tree = tree[part]
+    return tree
+
+
+def run_experiment(variants: list[ResolvedExperiment], experiment: dict, out: Path | None = None,
+                   resume: Path | None = None, expand=None, progress: ProgressBar | None = None,
+                   stop: StopFlag | None = None) -> tuple[Path, dict]:
+    """Start (``out``) or resume (``resume``) an experiment durably; returns (run folder, summary).
+
+    ``experiment`` is ``{"raw": dict, "overrides": {key: value}}``: what resume re-expands.
+    A run that fails before its first unit starts leaves no folder behind.
+    """
+    if resume is not None:
+        folder, variants = open_resume(resume, variants, expand)
+        try:
+            plan = prepare(variants)
+        except BaseException:
+            folder.release()
+            raise
+    else:
+        folder = RunFolder.create(out)
+        try:
+            plan = prepare(variants)
+            check_buildable(plan)
+            start_folder(folder, plan, experiment)
+        except BaseException:
+            folder.discard()
+            raise
+    try:
+        summary = run_plan(plan, folder, progress, stop)
+    finally:
+        folder.release()
+    return folder.path, summary

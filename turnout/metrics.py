@@ -18,7 +18,12 @@ SUMMARY_KEYS = ("final_accuracy", "best_accuracy", "tail_accuracy", "tail_accura
                 "rounds_to_target", "sim_time_to_target_s", "download_time_to_target_s", "bytes_down_to_target",
                 "bytes_up_to_target", "bytes_up", "bytes_down", "sim_time_s", "download_time_s",
                 "resource_s", "wasted_s", "tau_max", "tau_avg", "selection_count_var", "centralized_accuracy",
-                "wall_s")
+                "wall_s", "diverged_at_round")
+
+#: Results a diverged run does not have: an accuracy measured before the model blew up is no final result.
+DIVERGED_UNREPORTED = ("final_accuracy", "best_accuracy", "tail_accuracy", "tail_accuracy_std", "final_loss",
+                       "best_loss", "rounds_to_target", "sim_time_to_target_s", "download_time_to_target_s",
+                       "bytes_down_to_target", "bytes_up_to_target")
 
 #: Per-round quantities that ``rounds.csv`` also carries as running totals (``cum_<name>``).
 CUMULATIVE = ("bytes_up", "bytes_down", "resource_s", "wasted_s", "download_s")
@@ -115,6 +120,8 @@ def summarize(variant: str, seed: int, rows: list[dict], extra: Mapping[str, Any
                      download_time_to_target_s=float(row["cum_download_s"]),
                      bytes_down_to_target=int(row["cum_bytes_down"]), bytes_up_to_target=int(row["cum_bytes_up"]))
     s.update(extra)
+    if s.get("diverged_at_round") is not None:
+        s.update({k: math.nan for k in DIVERGED_UNREPORTED})
     return s
 
 

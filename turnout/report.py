@@ -26,11 +26,54 @@ LOWER_IS_BETTER = {"best_loss", "final_loss", "bytes_up", "bytes_down", "bytes_d
 
 
 def load_runs(folder: Path) -> dict:
-    """``summary.json`` of a finished run folder (a missing or unfinished folder is a one-line error)."""
-    path = Path(folder) / "summary.json"
-    if not path.is_file():
-        raise DataError(f"{folder}: not a finished run folder (no summary.json); run `turnout run` first")
-    return json.loads(path.read_text())
+    """``summary.json`` of a run folder; for an unfinished one (``DIR.partial``), its finished units'
+    summaries plus ``incomplete``: the units still running or interrupted, with their rounds on disk."""
+    folder = Path(folder)
+    path = folder / "summary.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    units = folder / "units"
+    if not units.is_dir():
+        raise DataError(f"{folder}: not a turnout run folder (no summary.json, no units/); run `turnout run` first")
+    import yaml
+
+    config = yaml.safe_load((folder / "config.yaml").read_text()) if (folder / "config.yaml").is_file() else {}
+    runs, on_disk = [], {}
+    for unit in sorted(units.glob("*/seed-*")):
+        if (unit / "summary.json").is_file():
+            runs.append(json.loads((unit / "summary.json").read_text()))
+        else:
+            ident = _identity(unit)
+            on_disk[(ident.get("variant"), ident.get("seed"))] = len(_unit_rows(unit))
+    finished = {(r["variant"], r["seed"]) for r in runs}
+    incomplete = [{"unit": f"{variant} seed {seed}", "rounds_done": on_disk.get((variant, seed), 0),
+                   "rounds": cfg.get("rounds")}
+                  for variant, cfg in (config.get("variants") or {}).items() for seed in config.get("seeds", [])
+                  if (variant, seed) not in finished]
+    return {"runs": runs, "incomplete": incomplete, "versions": config.get("turnout", {})}
+
+
+def _unit_rows(unit: Path) -> list[dict]:
+    from .unit import read_rows
+
+    return read_rows(unit / "rounds.jsonl")
+
+
+def _identity(unit: Path) -> dict:
+    path = unit / "unit.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _rows(folder: Path):
+    """Every round's row of a run folder: ``rounds.csv`` when finished, the units' streamed rows otherwise."""
+    if (folder / "rounds.csv").is_file():
+        with open(folder / "rounds.csv", newline="") as fh:
+            yield from csv.DictReader(fh)
+        return
+    for unit in sorted((folder / "units").glob("*/seed-*")):
+        variant = _identity(unit).get("variant")
+        for row in _unit_rows(unit):
+            yield {"variant": variant, **row}
 
 
 def _stats(runs: list[dict], variant: str, metric: str) -> tuple[float, float, int]:
@@ -82,11 +125,11 @@ def metric_table(summaries: dict[str, dict], metric: str, percent_of: str | None
 
 def _mean_curve(folder: Path, variant: str, column: str) -> tuple[np.ndarray, np.ndarray]:
     per_round: dict[int, list[float]] = {}
-    with open(folder / "rounds.csv", newline="") as fh:
-        for row in csv.DictReader(fh):
-            if row["variant"] != variant or row[column] in ("", "nan"):
-                continue
-            per_round.setdefault(int(row["round"]) + 1, []).append(float(row[column]))
+    for row in _rows(folder):
+        value = row.get(column)
+        if row["variant"] != variant or value in ("", "nan", None) or value != value:
+            continue
+        per_round.setdefault(int(row["round"]) + 1, []).append(float(value))
     x = np.array(sorted(per_round))
     return x, np.array([np.mean(per_round[i]) for i in x])
 
@@ -193,6 +236,12 @@ def write_report(folders: list[Path], out: Path, metrics: list[str], title: str,
               + f"{cpu_s / 60:.1f} min summed over the runs.", ""]
     if notes:
         lines += [notes.strip(), ""]
+    for name, s in summaries.items():
+        if s.get("incomplete"):
+            left = ", ".join(f"{u['unit']} ({u['rounds_done']} of {u['rounds']} rounds on disk)"
+                             for u in s["incomplete"])
+            lines += [f"**{name} is an incomplete run** ({len(s['runs'])} of {len(s['runs']) + len(s['incomplete'])} "
+                      f"units finished; tables show the finished ones). Unfinished: {left}.", ""]
     for m in metrics:
         lines += [f"## {m} ({'lower' if m in LOWER_IS_BETTER else 'higher'} is better; mean ± std over seeds)", "",
                   metric_table(summaries, m, percent_of), ""]

@@ -144,7 +144,11 @@ def encode_state(tree: Any) -> tuple[dict[str, np.ndarray], Any]:
 
 
 def decode_state(arrays: dict[str, np.ndarray], meta: Any) -> Any:
-    """Inverse of :func:`encode_state`."""
+    """Inverse of :func:`encode_state`.
+
+    Arrays are used as given (no copy: a memory-mapped array stays on disk until a component copies
+    what it needs); tensors are copied into writable memory.
+    """
 
     def dec(v: Any) -> Any:
         if isinstance(v, list):
@@ -156,7 +160,7 @@ def decode_state(arrays: dict[str, np.ndarray], meta: Any) -> Any:
         if "$scalar" in v:
             return np.asarray(arrays[v["$scalar"]])[()]
         if "$ndarray" in v:
-            return np.array(arrays[v["$ndarray"]], copy=True)
+            return arrays[v["$ndarray"]]
         if "$tensor" in v:
             arr = np.array(arrays[v["$tensor"]], copy=True)
             return torch.from_numpy(arr).to(_NUMPY_TO_TORCH[v["dtype"]])

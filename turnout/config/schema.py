@@ -54,6 +54,12 @@ class RuntimeConfig(StrictModel):
     torch_threads: int = Field(1, ge=1, le=256, description="intra-op threads; 1 is fastest for small models")
     state_budget_mb: float = Field(1024.0, gt=0.0, description="RAM for per-client model-sized state (control "
                                    "variates, memories, residuals); beyond it rows spill to a memory-mapped file")
+    checkpoint_every_rounds: int | None = Field(
+        None, ge=1, le=1_000_000, description="also checkpoint each unit every this many rounds (null: by time only)")
+    checkpoint_every_s: float | None = Field(
+        120.0, gt=0.0, le=86400.0, description="checkpoint each unit when this many wall-clock seconds have passed "
+                                               "since its last checkpoint (null: by rounds only); a crash loses at "
+                                               "most this much work")
 
 
 class VariantConfig(StrictModel):

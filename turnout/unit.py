@@ -1,0 +1,211 @@
+"""One unit of work — an experiment variant on one seed — run durably in its own folder.
+
+A unit streams each finished round to ``rounds.jsonl`` (appended and flushed: a crash keeps every
+completed round, ``tail -f`` shows progress), checkpoints the whole simulation every
+``runtime.checkpoint_every_rounds`` rounds and/or ``runtime.checkpoint_every_s`` seconds and when
+asked to stop, and writes ``clients.jsonl`` and ``summary.json`` when it finishes (``summary.json``
+marks it done; its checkpoints are then removed). Started again on the same folder, a unit
+continues from its last checkpoint — the rows after it are dropped and recomputed, identically,
+because every random draw is keyed by (seed, purpose, round, client) — so a resumed unit's
+tables are byte-identical to an uninterrupted one's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import checkpoint, faults
+from .config.loader import ResolvedExperiment
+from .data.federated import FederatedDataset
+from .engine import RunResult, Simulation
+from .metrics import cumulate, summarize
+from .observers import Observer, RoundRecord
+from .rundir import atomic_write_text
+
+ROWS, CLIENTS, SUMMARY, IDENTITY = "rounds.jsonl", "clients.jsonl", "summary.json", "unit.json"
+
+
+class StopFlag:
+    """Set from a signal handler (or another thread) to ask the running unit to checkpoint and stop."""
+
+    def __init__(self):
+        self._event = threading.Event()
+        self.reason = ""
+        self.signal = None  # the signal that asked (SIGINT → exit 130, SIGTERM → 143)
+
+    def request(self, reason: str) -> None:
+        self.reason = reason
+        self._event.set()
+
+    @property
+    def requested(self) -> bool:
+        return self._event.is_set()
+
+
+@dataclass
+class UnitOutcome:
+    """What became of a unit: finished (with its summary), or stopped at a checkpoint."""
+
+    done: bool
+    summary: dict | None = None
+    next_round: int = 0
+    rounds: int = 0
+    result: RunResult | None = field(default=None, repr=False)
+
+
+def _json_default(v):
+    if isinstance(v, np.generic):
+        return v.item()
+    raise TypeError(f"{type(v).__name__} is not a table value")
+
+
+def dump_row(row: dict) -> str:
+    return json.dumps(row, default=_json_default)
+
+
+def read_rows(path: Path) -> list[dict]:
+    """Complete rows of a ``rounds.jsonl`` (a line cut by a crash is ignored)."""
+    if not path.is_file():
+        return []
+    rows = []
+    with open(path) as f:
+        for line in f:
+            if not line.endswith("\n"):
+                break  # the last line was being written when the process died
+            rows.append(json.loads(line))
+    return rows
+
+
+def is_done(unit_dir: Path) -> bool:
+    return (Path(unit_dir) / SUMMARY).is_file()
+
+
+def read_summary(unit_dir: Path) -> dict:
+    return json.loads((Path(unit_dir) / SUMMARY).read_text())
+
+
+def read_clients(unit_dir: Path) -> dict[str, list]:
+    cols: dict[str, list] = {}
+    with open(Path(unit_dir) / CLIENTS) as f:
+        for line in f:
+            for k, v in json.loads(line).items():
+                cols.setdefault(k, []).append(v)
+    return cols
+
+
+class _RowWriter(Observer):
+    """Appends each finished round's row to ``rounds.jsonl`` and flushes it."""
+
+    def __init__(self, path: Path):
+        self.f = open(path, "a")
+
+    def after_round(self, round: int, record: RoundRecord) -> None:
+        self.f.write(dump_row(dict(record.row)) + "\n")
+        self.f.flush()
+        faults.point("round")
+
+    def close(self) -> None:
+        self.f.close()
+
+
+class _Checkpointer(Observer):
+    """Checkpoints the simulation when the policy says so, and when a stop is requested (then stops it)."""
+
+    def __init__(self, sim: Simulation, unit_dir: Path, every_rounds: int | None, every_s: float | None,
+                 stop: StopFlag, wall0: float, wall_before: float):
+        self.sim, self.unit_dir, self.stop = sim, unit_dir, stop
+        self.every_rounds, self.every_s = every_rounds, every_s
+        self.wall0, self.wall_before = wall0, wall_before
+        self.last = time.perf_counter()
+        self.count = 0
+
+    def after_round(self, round: int, record: RoundRecord) -> bool:
+        due = ((self.every_rounds is not None and (round + 1) % self.every_rounds == 0)
+               or (self.every_s is not None and time.perf_counter() - self.last >= self.every_s))
+        last_round = round + 1 >= self.sim.exp.config.rounds
+        if self.stop.requested or (due and not last_round):
+            self.save()
+        return self.stop.requested
+
+    def save(self) -> None:
+        info = {"next_round": self.sim.next_round, "wall_s": self.wall_before + time.perf_counter() - self.wall0}
+        checkpoint.save(self.unit_dir, self.sim.state_dict(), info)
+        self.last = time.perf_counter()
+        self.count += 1
+
+
+def run_unit(exp: ResolvedExperiment, data: FederatedDataset, seed: int, unit_dir: Path, stop: StopFlag,
+             observers: list[Observer] = (), centralized: Callable[[], float | None] | None = None) -> UnitOutcome:
+    """Run (or continue) one unit in ``unit_dir``; see the module docstring."""
+    unit_dir = Path(unit_dir)
+    unit_dir.mkdir(parents=True, exist_ok=True)
+    cfg = exp.config
+    if is_done(unit_dir):
+        return UnitOutcome(True, read_summary(unit_dir), cfg.rounds, cfg.rounds)
+    if not (unit_dir / IDENTITY).is_file():
+        atomic_write_text(unit_dir / IDENTITY, json.dumps({"variant": exp.variant, "seed": seed, "rounds": cfg.rounds}))
+    sim = Simulation(exp, data, seed, scratch_dir=unit_dir / "scratch")
+    wall0, wall_before = time.perf_counter(), 0.0
+    saved = checkpoint.load(unit_dir)
+    rows_path = unit_dir / ROWS
+    if saved is not None:
+        state, info = saved
+        sim.load_state_dict(state)
+        wall_before = float(info.get("wall_s", 0.0))
+    head = read_rows(rows_path)[: sim.next_round]
+    # the file keeps exactly the rows the checkpoint has seen; later ones are recomputed identically
+    atomic_write_text(rows_path, "".join(dump_row(r) + "\n" for r in head))
+    rc = cfg.runtime
+    writer = _RowWriter(rows_path)
+    ckpt = _Checkpointer(sim, unit_dir, rc.checkpoint_every_rounds, rc.checkpoint_every_s, stop, wall0, wall_before)
+    try:
+        if stop.requested:  # asked to stop before this unit did anything new
+            ckpt.save()
+            return UnitOutcome(False, None, sim.next_round, cfg.rounds)
+        tail = sim.advance(observers=[writer, ckpt, *observers])
+        if stop.requested:
+            return UnitOutcome(False, None, sim.next_round, cfg.rounds)
+        result = sim.result(head + tail, wall_s=wall_before + time.perf_counter() - wall0)
+    finally:
+        writer.close()
+        sim.close()
+    cumulate(result.rounds)
+    if centralized is not None:
+        value = centralized()
+        if value is not None:
+            result.summary["centralized_accuracy"] = value
+    summary = summarize(result.variant, result.seed, result.rounds, result.summary, cfg.eval.target_accuracy)
+    n = len(next(iter(result.clients.values())))
+    columns = {k: np.asarray(v).tolist() for k, v in result.clients.items()}
+    atomic_write_text(unit_dir / CLIENTS, "".join(
+        json.dumps({k: columns[k][i] for k in columns}) + "\n" for i in range(n)))
+    faults.point("unit-done")
+    atomic_write_text(unit_dir / SUMMARY, json.dumps(jsonable(summary), indent=1) + "\n")
+    checkpoint.remove(unit_dir)
+    return UnitOutcome(True, summary, cfg.rounds, cfg.rounds, result)
+
+
+def jsonable(obj):
+    """NaN → None, numpy scalars → Python, recursively (summary.json is strict JSON)."""
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return jsonable(float(obj))
+    return obj
+
+
+__all__ = ["run_unit", "StopFlag", "UnitOutcome", "read_rows", "read_summary", "read_clients", "is_done"]
