@@ -4,9 +4,12 @@ This is the **only** module of turnout that unpickles, and only when a user runs
 ``turnout trace import``. ``pickle.load`` can run arbitrary code, so the file is read with
 :class:`RestrictedUnpickler`: plain dicts, lists, tuples, strings and numbers build without any
 global lookup, and the only globals it will resolve are ``builtins.set``/``frozenset`` (older
-protocols) and numpy's scalar reconstructor with ``numpy.dtype`` (a FedScale value may be a
-``numpy.float64``); anything else — ``os.system``, ``builtins.eval``, any class — is refused
-before it is called.
+protocols, which spell them ``__builtin__`` up to protocol 2) and numpy's scalar reconstructor
+with ``numpy.dtype`` (a FedScale value may be a ``numpy.float64``); anything else —
+``os.system``, ``builtins.eval``, any class — is refused before it is called. Even plain data
+can exhaust memory or time (a few hundred bytes that share one list 2**40 ways, a dict key
+whose hash never ends), so :func:`prescan` walks the opcodes first and refuses what such data
+never needs; see its docstring for the limits.
 
 Schemas (FedScale ``benchmark/dataset/data/device_info/``; see ``shared/spec`` §7.2):
 
@@ -23,31 +26,68 @@ or touching intervals merged (closed intervals sharing a point are one online st
 intervals starting at or after ``finish_time`` dropped (FedScale's ``t mod finish_time`` never
 reaches them) and ends clipped to ``finish_time``. Anything that cannot be read unambiguously —
 a missing key, a non-number, ``active[i] > inactive[i]``, a negative time, different list
-lengths, ``finish_time <= 0`` — is a one-line :class:`DataError` naming the entry.
+lengths, a ``finish_time`` below one second — is a one-line :class:`DataError` naming the entry.
 """
 
 from __future__ import annotations
 
 import io
+import operator
 import os
 import pickle
+import pickletools
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataError
-from .format import AvailabilityTrace
+from ..errors import DataError, shown
+from .format import MAX_PERIOD_S, MIN_PERIOD_S, AvailabilityTrace, period_problem
 
 BEHAVIOR_KEYS = ("duration", "inactive", "finish_time", "active", "model")
 BEHAVIOR_REQUIRED = ("active", "inactive", "finish_time")
 CAPACITY_KEYS = ("computation", "communication")
 LINK_KEYS = ("dl_kbps", "ul_kbps")
 
+_NUMPY_GLOBALS = {("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"), ("numpy", "dtype")}
 _ALLOWED_GLOBALS = {
-    ("builtins", "set"), ("builtins", "frozenset"),
-    ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"), ("numpy", "dtype"),
-}
+    ("builtins", "set"), ("builtins", "frozenset"), ("__builtin__", "set"), ("__builtin__", "frozenset"),
+} | _NUMPY_GLOBALS
+#: Globals whose call on plain arguments gives a leaf value (a number, a dtype), not a container.
+_LEAF_GLOBALS = {f"{m}.{n}" for m, n in _NUMPY_GLOBALS}
+
+#: Largest pickle imported. FedScale's are tens of MB (client_device_capacity: 500,000 entries);
+#: importing one takes about 25 bytes of memory per byte of pickle (every small object it builds).
+MAX_PICKLE_BYTES = 128 << 20
+#: Deepest nesting of values (and of open MARKs) accepted. A FedScale trace nests four levels
+#: (dict of dicts of lists of numbers; a numpy scalar's dtype state adds two); deeper values
+#: are refused before they reach code that recurses over them.
+MAX_NESTING = 32
+#: Characters that memo references may re-use, per byte of pickle, beyond :data:`SHARED_CHARS_FREE`.
+#: A FedScale pickle references each dict key and device-model string once per entry, well under
+#: one character per byte; a bomb references a long string from many two-byte GETs (and numpy
+#: copies it into a scalar each time, or the importer into the model array).
+SHARED_CHARS_PER_BYTE = 4
+SHARED_CHARS_FREE = 1 << 20
+#: Longest device-model name imported (FedScale's are like "SM-G960F"): the trace stores every
+#: client's model in one fixed-width array, so one long name would cost its length per client.
+MAX_MODEL_CHARS = 128
+
+#: Opcodes that build plain data: numbers, strings, bytes, lists, tuples, dicts, sets, the memo,
+#: and calls of the globals in :data:`_ALLOWED_GLOBALS` (REDUCE, BUILD for a numpy dtype's state).
+#: Object construction (INST, OBJ, NEWOBJ*), persistent ids, extension codes, out-of-band buffers
+#: and DUP are never emitted for such data.
+_ATOM_OPS = frozenset("""INT BININT BININT1 BININT2 LONG LONG1 LONG4 NONE NEWTRUE NEWFALSE FLOAT
+    BINFLOAT""".split())
+_TEXT_OPS = frozenset("STRING BINSTRING SHORT_BINSTRING UNICODE SHORT_BINUNICODE BINUNICODE BINUNICODE8".split())
+_BYTES_OPS = frozenset("BINBYTES SHORT_BINBYTES BINBYTES8".split())
+_EMPTY_OPS = frozenset("EMPTY_LIST EMPTY_DICT EMPTY_SET EMPTY_TUPLE".split())
+_FROM_MARK_OPS = frozenset("LIST TUPLE DICT FROZENSET".split())
+_ADD_MARK_OPS = frozenset("APPENDS SETITEMS ADDITEMS".split())
+_TUPLE_N = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
+_GET_OPS = frozenset("GET BINGET LONG_BINGET".split())
+_PUT_OPS = frozenset("PUT BINPUT LONG_BINPUT".split())
+_NOOP_OPS = frozenset("PROTO FRAME".split())
 
 
 class RestrictedUnpickler(pickle.Unpickler):
@@ -62,31 +102,195 @@ class RestrictedUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError("refused persistent id")
 
 
+class _Refused(Exception):
+    """A pickle the pre-scan will not hand to the unpickler; the message ends "… it <reason>"."""
+
+
+class _Value:
+    """What the pre-scan knows of a value on the unpickler's stack or in its memo.
+
+    ``kind`` is "leaf" (number, None, bool, and a numpy dtype or scalar made from leaves),
+    "text", "bytes", "global" or "container"; ``depth`` how deeply it nests (0 for leaves);
+    ``chars`` the characters of text it holds; ``name`` a short text or a global's dotted name;
+    ``shared`` whether a memo reference (GET) has fetched it.
+    """
+
+    __slots__ = ("kind", "depth", "chars", "name", "shared")
+
+    def __init__(self, kind: str, depth: int = 0, chars: int = 0, name: str | None = None):
+        self.kind, self.depth, self.chars, self.name, self.shared = kind, depth, chars, name, False
+
+
+_LEAF = _Value("leaf")
+_depth, _chars = operator.attrgetter("depth"), operator.attrgetter("chars")
+
+
+def _deeper(depth: int, pos: int) -> int:
+    if depth > MAX_NESTING:
+        raise _Refused(f"nests values {depth} levels deep at byte {pos} (turnout imports at most {MAX_NESTING})")
+    return depth
+
+
+def prescan(data: bytes) -> None:
+    """Refuse a pickle that plain data would not produce, before unpickling anything.
+
+    Walks the opcodes (:func:`pickletools.genops`) keeping a model of the unpickler's stack and
+    memo, and raises :class:`_Refused` for: an opcode outside the plain-data set, a global
+    outside :data:`_ALLOWED_GLOBALS`, values nested more than :data:`MAX_NESTING` deep, a memo
+    reference (GET) to a container — one list or tuple referenced from several places is how a
+    few hundred bytes expand to 2**40 elements, or to a dict key whose hash takes 2**40 steps —
+    or memo references re-using more than :data:`SHARED_CHARS_PER_BYTE` characters per byte.
+    Malformed opcode streams raise ``ValueError``.
+    """
+    stack: list = []
+    marks: list[int] = []
+    memo: dict[int, _Value] = {}
+    shared_chars, shared_limit = 0, SHARED_CHARS_PER_BYTE * len(data) + SHARED_CHARS_FREE
+
+    def top() -> _Value:
+        if not stack or (marks and marks[-1] == len(stack)):
+            raise ValueError("stack underflow")
+        return stack[-1]
+
+    def pop() -> _Value:
+        top()
+        return stack.pop()
+
+    def pop_mark() -> list:
+        if not marks:
+            raise ValueError("no MARK to pop to")
+        at = marks.pop()
+        items = stack[at:]
+        del stack[at:]
+        return items
+
+    def container(items, pos: int) -> _Value:
+        return _Value("container", _deeper(1 + max(map(_depth, items), default=0), pos), sum(map(_chars, items)))
+
+    def add(target: _Value, items, pos: int) -> None:
+        if target.kind != "container":
+            raise ValueError("adding items to a value that is not a container")
+        target.depth = max(target.depth, _deeper(1 + max(map(_depth, items), default=0), pos))
+        target.chars += sum(map(_chars, items))
+
+    for op, arg, pos in pickletools.genops(data):
+        name = op.name
+        if name in _ATOM_OPS:
+            stack.append(_LEAF)
+        elif name in _TEXT_OPS:
+            stack.append(_Value("text", chars=len(arg), name=arg if isinstance(arg, str) and len(arg) <= 200 else None))
+        elif name in _BYTES_OPS:
+            stack.append(_Value("bytes", chars=len(arg)))
+        elif name in _EMPTY_OPS:
+            stack.append(_Value("container", 1))
+        elif name == "MARK":
+            if len(marks) >= MAX_NESTING:
+                raise _Refused(f"opens more than {MAX_NESTING} nested MARKs at byte {pos}")
+            marks.append(len(stack))
+        elif name in _FROM_MARK_OPS:
+            stack.append(container(pop_mark(), pos))
+        elif name in _TUPLE_N:
+            items = [pop() for _ in range(_TUPLE_N[name])]
+            stack.append(container(items, pos))
+        elif name == "APPEND":
+            item = pop()
+            add(top(), [item], pos)
+        elif name == "SETITEM":
+            items = [pop(), pop()]
+            add(top(), items, pos)
+        elif name in _ADD_MARK_OPS:
+            items = pop_mark()
+            add(top(), items, pos)
+        elif name == "POP":
+            if marks and marks[-1] == len(stack):
+                marks.pop()
+            else:
+                pop()
+        elif name == "POP_MARK":
+            pop_mark()
+        elif name in _PUT_OPS or name == "MEMOIZE":
+            memo[len(memo) if name == "MEMOIZE" else arg] = top()
+        elif name in _GET_OPS:
+            if arg not in memo:
+                raise ValueError(f"memo reference {arg} to nothing")
+            value = memo[arg]
+            if value.kind in ("container", "bytes"):
+                raise _Refused(f"references one {'container' if value.kind == 'container' else 'bytes object'} "
+                               f"from several places (memo GET at byte {pos}), as shared-reference bombs do")
+            shared_chars += value.chars
+            if shared_chars > shared_limit:
+                raise _Refused(f"re-uses {shared_chars} characters through memo references from a {len(data)}-byte "
+                               "file, as string bombs do")
+            value.shared = True
+            stack.append(value)
+        elif name in ("GLOBAL", "STACK_GLOBAL"):
+            if name == "GLOBAL":
+                module, _, attr = arg.partition(" ")
+            else:
+                attr_v, module_v = pop(), pop()
+                module, attr = module_v.name or "?", attr_v.name or "?"
+            if (module, attr) not in _ALLOWED_GLOBALS:
+                raise _Refused(f"asks for global {module}.{attr}"[:200])
+            stack.append(_Value("global", name=f"{module}.{attr}"))
+        elif name == "REDUCE":
+            args, func = pop(), pop()
+            if func.kind != "global":
+                raise ValueError("REDUCE of a value that is not a global")
+            if func.name in _LEAF_GLOBALS and args.depth <= 1:  # a dtype, or a scalar (of its text)
+                stack.append(_Value("leaf", chars=args.chars))
+            else:
+                stack.append(_Value("container", _deeper(max(args.depth, 1), pos), args.chars))
+        elif name == "BUILD":
+            state = pop()
+            target = top()
+            if target is _LEAF or target.kind not in ("leaf", "container"):
+                raise ValueError("BUILD on a value that no allowed global made")
+            if target.shared:
+                raise _Refused(f"changes a value after referencing it from several places (BUILD at byte {pos})")
+            if target.kind == "container" or state.depth > 1:
+                target.kind, target.depth = "container", max(target.depth, _deeper(state.depth + 1, pos))
+        elif name == "STOP":
+            return
+        elif name not in _NOOP_OPS:
+            raise _Refused(f"uses pickle opcode {name}")
+    raise ValueError("no STOP opcode")
+
+
 def safe_unpickle(path: str | os.PathLike) -> object:
-    """Read a pickle with :class:`RestrictedUnpickler`; problems are one-line :class:`DataError`."""
+    """Read a pickle with :class:`RestrictedUnpickler` after :func:`prescan`; problems are one-line
+    :class:`DataError`."""
     p = Path(path)
+    where = f"FedScale file {str(p)!r}"
     try:
+        size = p.stat().st_size
+        if size > MAX_PICKLE_BYTES:
+            raise DataError(f"{where} is {size / 1e6:.0f} MB, more than the {MAX_PICKLE_BYTES / 1e6:.0f} MB turnout "
+                            "imports (FedScale's own files are tens of MB); check that it is a FedScale trace")
         data = p.read_bytes()
     except FileNotFoundError:
-        raise DataError(f"FedScale file {str(p)!r} not found") from None
+        raise DataError(f"{where} not found") from None
     except OSError as exc:
-        raise DataError(f"FedScale file {str(p)!r} cannot be read ({exc.strerror or exc})") from None
+        raise DataError(f"{where} cannot be read ({exc.strerror or exc})") from None
     if data[:2] == b"PK":
-        raise DataError(f"FedScale file {str(p)!r} is a zip/.npz archive, not a FedScale pickle; "
+        raise DataError(f"{where} is a zip/.npz archive, not a FedScale pickle; "
                         "an .npz trace can be used directly (availability.path)")
     try:
+        prescan(data)
         return RestrictedUnpickler(io.BytesIO(data)).load()
-    except pickle.UnpicklingError as exc:
-        msg = " ".join(str(exc).split())
-        if msg.startswith("refused"):
-            raise DataError(f"FedScale file {str(p)!r} was refused: it asks to {msg[len('refused '):]}, "
-                            "which a FedScale trace (dicts of numbers, lists and strings) never needs; "
-                            "it may be malicious") from None
-        raise DataError(f"FedScale file {str(p)!r} is not a readable pickle ({msg[:100]})") from None
-    except (EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError, MemoryError,
-            RecursionError, UnicodeDecodeError, OverflowError) as exc:
-        raise DataError(f"FedScale file {str(p)!r} is not a readable pickle "
-                        f"({type(exc).__name__}: {' '.join(str(exc).split())[:100]})") from None
+    except _Refused as exc:
+        raise DataError(f"{where} was refused: it {exc}, which a FedScale trace (dicts of numbers, lists and "
+                        "strings) never needs; it may be malicious") from None
+    except MemoryError:
+        raise DataError(f"{where} needs more memory to unpickle than this process can get") from None
+    except Exception as exc:  # whatever the opcode walk or the allowed constructors raise on bad input
+        raise DataError(f"{where} is not a readable pickle ({type(exc).__name__}: {_reason(exc)})") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception's message, cut to 100 characters without formatting any of its other arguments."""
+    arg = exc.args[0] if exc.args else ""
+    text = " ".join(arg[:300].split()) if isinstance(arg, str) else ""
+    return (text if len(text) <= 100 else text[:97] + "...") or type(exc).__name__
 
 
 @dataclass
@@ -108,12 +312,14 @@ class ImportReport:
 
 
 def _number(v) -> float | None:
-    if isinstance(v, bool):
+    """``v`` as a finite float, or None for anything else (a bool, a huge int, a structured numpy value)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
         return None
-    if isinstance(v, (int, float, np.integer, np.floating)):
+    try:
         f = float(v)
-        return f if np.isfinite(f) else None
-    return None
+    except OverflowError:  # an int beyond float64, such as 10**400
+        return None
+    return f if np.isfinite(f) else None
 
 
 def _top_dict(obj, path, what: str) -> dict:
@@ -131,15 +337,17 @@ def behavior_from_dict(obj, source: str = "<dict>") -> tuple[AvailabilityTrace, 
     rep = ImportReport(traces=len(d))
     starts, ends, counts, periods, models = [], [], [], [], []
     for key, v in d.items():
-        where = f"FedScale behaviour trace {source!r} entry {key!r}"
+        where = f"FedScale behaviour trace {source!r} entry {shown(key, 40)}"
         if not isinstance(v, dict):
             raise DataError(f"{where} is a {type(v).__name__}, expected a dict with keys {', '.join(BEHAVIOR_KEYS)}")
         missing = [k for k in BEHAVIOR_REQUIRED if k not in v]
         if missing:
             raise DataError(f"{where} lacks {', '.join(missing)}; expected keys {', '.join(BEHAVIOR_KEYS)}")
         period = _number(v["finish_time"])
-        if period is None or period <= 0:
-            raise DataError(f"{where}: finish_time = {v['finish_time']!r}, expected a number > 0 (seconds)")
+        problem = "is not a finite number" if period is None else period_problem(period)
+        if problem:
+            raise DataError(f"{where}: finish_time = {shown(v['finish_time'])} {problem}; expected a number of seconds "
+                            f"> 0, from {MIN_PERIOD_S:g} to {MAX_PERIOD_S:g}")
         act, ina = v["active"], v["inactive"]
         if not isinstance(act, (list, tuple)) or not isinstance(ina, (list, tuple)):
             raise DataError(f"{where}: active and inactive must be lists of seconds")
@@ -150,15 +358,17 @@ def behavior_from_dict(obj, source: str = "<dict>") -> tuple[AvailabilityTrace, 
         for i, (a, b) in enumerate(zip(act, ina)):
             fa, fb = _number(a), _number(b)
             if fa is None or fb is None:
-                raise DataError(f"{where}: active[{i}] = {a!r}, inactive[{i}] = {b!r}; expected finite numbers")
+                raise DataError(f"{where}: active[{i}] = {shown(a, 40)}, inactive[{i}] = {shown(b, 40)}; "
+                                "expected finite numbers")
             s[i], e[i] = fa, fb
         bad = (s < 0) | (e < s)
         if bad.any():
             i = int(np.argmax(bad))
             raise DataError(f"{where}: interval {i} is [{s[i]:g}, {e[i]:g}]; expected 0 <= active <= inactive")
         model = v.get("model", "unknown")
-        if not isinstance(model, str):
-            raise DataError(f"{where}: model = {model!r}, expected a string")
+        if not isinstance(model, str) or len(model) > MAX_MODEL_CHARS:
+            raise DataError(f"{where}: model = {shown(model)}, expected a device model name (a string of at most "
+                            f"{MAX_MODEL_CHARS} characters)")
         if len(s) > 1 and np.any(np.diff(s) < 0):
             rep.unsorted_traces += 1
             o = np.argsort(s, kind="stable")
@@ -217,13 +427,13 @@ def capacity_from_dict(obj, source: str = "<dict>"):
     dl = np.empty(n) if links else None
     ul = np.empty(n) if links else None
     for i, (key, v) in enumerate(d.items()):
-        where = f"FedScale capacity file {source!r} entry {key!r}"
+        where = f"FedScale capacity file {source!r} entry {shown(key, 40)}"
         if isinstance(key, bool) or not isinstance(key, (int, np.integer, str)):
             raise DataError(f"{where}: key must be an integer client id")
         try:
             client[i] = int(key)
-        except ValueError:
-            raise DataError(f"{where}: key must be an integer client id") from None
+        except (ValueError, OverflowError):  # not digits, or beyond int64
+            raise DataError(f"{where}: key must be an integer client id (64-bit)") from None
         if not isinstance(v, dict):
             raise DataError(f"{where} is a {type(v).__name__}, expected {{'computation': ms, 'communication': kbps}}")
         need = CAPACITY_KEYS + (LINK_KEYS if links else ())
@@ -232,14 +442,14 @@ def capacity_from_dict(obj, source: str = "<dict>"):
             raise DataError(f"{where} lacks {', '.join(missing)}; expected keys {', '.join(need)}")
         c = _number(v["computation"])
         if c is None or c < 0:
-            raise DataError(f"{where}: computation = {v['computation']!r}, expected ms/sample >= 0")
+            raise DataError(f"{where}: computation = {shown(v['computation'])}, expected a finite ms/sample >= 0")
         comp[i] = c
         for name, arr in (("communication", comm), ("dl_kbps", dl), ("ul_kbps", ul)):
             if arr is None:
                 continue
             x = _number(v[name])
             if x is None or x <= 0:
-                raise DataError(f"{where}: {name} = {v[name]!r}, expected a bandwidth > 0 kbps "
+                raise DataError(f"{where}: {name} = {shown(v[name])}, expected a finite bandwidth > 0 kbps "
                                 "(remove or fix that profile before importing)")
             arr[i] = x
     return CapacityTable(client, comp, comm, dl, ul)

@@ -49,7 +49,10 @@ Lookups are exact and vectorised, three ways with the same answer (FedScale's in
 
 from __future__ import annotations
 
+import io
+import math
 import os
+import struct
 import tempfile
 import zipfile
 import zlib
@@ -555,29 +558,77 @@ def _time_arrays(start, end) -> tuple[np.ndarray, np.ndarray]:
     return out[0], out[1]
 
 
+#: Dtypes each array may have (checked from a file's .npy headers before its data is read).
+_DTYPES = {"offsets": ("int64",), "start_s": ("float64", "float32"), "end_s": ("float64", "float32"),
+           "period_s": ("float64",)}
+#: Shortest period accepted: below a second, a simulated round spans many periods and every
+#: client drops out at once (at 1e-300 s, ``t + period == t`` and the clock stops), and the
+#: sweep index divides the period into buckets that a denormal period cannot hold.
+MIN_PERIOD_S = 1.0
+#: Longest period accepted: from 2**53 s (285 million years) on, float64 seconds are no longer
+#: whole, and the search keys (``client * 2 * period``) overflow long before float64 does.
+MAX_PERIOD_S = 2.0**53
+
+
+def period_problem(period: float) -> str | None:
+    """Why ``period`` (seconds) is not a usable trace period, or ``None`` when it is."""
+    if not np.isfinite(period):
+        return "is not finite"
+    if period <= 0:
+        return "is not positive"
+    if period < np.finfo(np.float64).tiny:
+        return "is denormal (far below 1 second)"
+    if period < MIN_PERIOD_S:
+        return f"is below {MIN_PERIOD_S:g} second"
+    if period > MAX_PERIOD_S:
+        return f"is above {MAX_PERIOD_S:g} seconds"
+    return None
+
+
+def check_layout(dtypes: dict[str, np.dtype], shapes: dict[str, tuple]) -> str | None:
+    """The first broken rule about the arrays' dtypes and lengths, or ``None``.
+
+    Needs only what a .npy header says, so a file is checked before its data is decompressed.
+    ``dtypes``/``shapes`` hold the four required arrays and, when present, ``model``.
+    """
+    for name, kinds in _DTYPES.items():
+        if dtypes[name] not in [np.dtype(k) for k in kinds]:
+            return f"array {name!r} has dtype {dtypes[name]}, expected {' or '.join(kinds)}"
+        if len(shapes[name]) != 1:
+            return f"array {name!r} has shape {shapes[name]}, expected a 1-D array"
+    n = shapes["period_s"][0]
+    if shapes["offsets"][0] != n + 1:
+        return f"array 'offsets' has {shapes['offsets'][0]} entries, expected len(period_s) + 1 = {n + 1}"
+    if shapes["start_s"] != shapes["end_s"]:
+        return f"arrays 'start_s' ({shapes['start_s'][0]}) and 'end_s' ({shapes['end_s'][0]}) differ in length"
+    if "model" in dtypes:
+        if len(shapes["model"]) != 1 or dtypes["model"].kind != "U":
+            return f"array 'model' has dtype {dtypes['model']} and shape {shapes['model']}, expected 1-D unicode"
+        if shapes["model"][0] != n:
+            return f"array 'model' has {shapes['model'][0]} entries, expected {n}"
+    return None
+
+
 def check_arrays(offsets: np.ndarray, start: np.ndarray, end: np.ndarray, period: np.ndarray,
                  model: np.ndarray | None) -> str | None:
     """The first broken rule of the format as a short phrase, or ``None`` when all hold."""
-    for name, a, kinds in (("offsets", offsets, ("int64",)), ("start_s", start, ("float64", "float32")),
-                           ("end_s", end, ("float64", "float32")), ("period_s", period, ("float64",))):
-        if a.dtype not in [np.dtype(k) for k in kinds]:
-            return f"array {name!r} has dtype {a.dtype}, expected {' or '.join(kinds)}"
-        if a.ndim != 1:
-            return f"array {name!r} has shape {a.shape}, expected a 1-D array"
-    n = len(period)
-    if len(offsets) != n + 1:
-        return f"array 'offsets' has {len(offsets)} entries, expected len(period_s) + 1 = {n + 1}"
-    if len(start) != len(end):
-        return f"arrays 'start_s' ({len(start)}) and 'end_s' ({len(end)}) differ in length"
+    arrays = {"offsets": offsets, "start_s": start, "end_s": end, "period_s": period}
+    if model is not None:
+        arrays["model"] = model
+    problem = check_layout({k: a.dtype for k, a in arrays.items()}, {k: a.shape for k, a in arrays.items()})
+    if problem:
+        return problem
     if offsets[0] != 0 or offsets[-1] != len(start):
         return (f"array 'offsets' must start at 0 and end at the number of intervals ({len(start)}), "
                 f"got {offsets[0]} … {offsets[-1]}")
     if np.any(np.diff(offsets) < 0):
         i = int(np.argmax(np.diff(offsets) < 0))
         return f"array 'offsets' is not monotone (decreases after client {i})"
-    if not (np.all(np.isfinite(period)) and np.all(period > 0)):
-        i = int(np.argmax(~(np.isfinite(period) & (period > 0))))
-        return f"period_s[{i}] = {float(period[i])!r}, expected a finite period > 0"
+    bad = ~(np.isfinite(period) & (period >= MIN_PERIOD_S) & (period <= MAX_PERIOD_S))
+    if bad.any():
+        i = int(np.argmax(bad))
+        return (f"period_s[{i}] = {float(period[i])!r} {period_problem(float(period[i]))}; expected a finite "
+                f"period > 0, from {MIN_PERIOD_S:g} to {MAX_PERIOD_S:g} seconds")
     if not (np.all(np.isfinite(start)) and np.all(np.isfinite(end))):
         return "start_s / end_s contain NaN or infinite values"
     if len(start):
@@ -598,11 +649,6 @@ def check_arrays(offsets: np.ndarray, start: np.ndarray, end: np.ndarray, period
             c = int(np.searchsorted(offsets, i, side="right") - 1)
             return (f"intervals of client {c} are unsorted or overlap ([{start[i]:g}, {end[i]:g}] then "
                     f"[{start[i + 1]:g}, {end[i + 1]:g}]); expected sorted, strictly separated intervals")
-    if model is not None:
-        if model.ndim != 1 or model.dtype.kind != "U":
-            return f"array 'model' has dtype {model.dtype} and shape {model.shape}, expected 1-D unicode"
-        if len(model) != n:
-            return f"array 'model' has {len(model)} entries, expected {n}"
     return None
 
 
@@ -666,38 +712,234 @@ def load_trace(path: str | os.PathLike) -> AvailabilityTrace:
     """Read and fully validate a trace written by :func:`save_trace` (never unpickles anything).
 
     Every problem raises :class:`TraceFileError` (a :class:`DataError`) with one line naming the
-    file and what was expected.
+    file and what was expected. The file may come from anywhere, so its zip directory and .npy
+    headers are checked against limits before any data is decompressed (see :func:`_read_arrays`).
     """
     path = Path(path)
     _sniff(path)
-    arrays: dict[str, np.ndarray] = {}
     try:
-        with np.load(path, allow_pickle=False) as z:
-            names = set(z.files)
-            missing = [k for k in REQUIRED if k not in names]
-            if missing:
-                raise TraceFileError(path, f"lacks array(s) {', '.join(missing)}; expected {EXPECTED}")
-            for k in REQUIRED + OPTIONAL:
-                if k in names:
-                    arrays[k] = z[k]
+        arrays = _read_arrays(path)
     except TraceFileError:
         raise
-    except ValueError as exc:
-        if "pickle" in str(exc).lower():
-            raise TraceFileError(path, "holds object arrays that need pickle, which turnout never loads; "
-                                       f"expected {EXPECTED}") from None
-        raise TraceFileError(path, f"is corrupt ({_short(exc)}); expected {EXPECTED}") from None
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, KeyError) as exc:
+    except MemoryError:
+        raise TraceFileError(path, "needs more memory than this process can get; free memory or use a "
+                                   "smaller trace") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, KeyError, ValueError, struct.error,
+            RuntimeError, NotImplementedError, OverflowError) as exc:
         raise TraceFileError(path, f"is truncated or corrupt ({_short(exc)}); regenerate or re-import it") from None
-    if "format_version" in arrays:
-        v = arrays["format_version"]
-        if v.shape != () or v.dtype.kind not in "iu" or int(v) != FORMAT_VERSION:
-            raise TraceFileError(path, f"has format_version {v.tolist()!r}, this turnout reads version {FORMAT_VERSION}")
+    if "format_version" in arrays and int(arrays["format_version"]) != FORMAT_VERSION:
+        raise TraceFileError(path, f"has format_version {int(arrays['format_version'])}, "
+                                   f"this turnout reads version {FORMAT_VERSION}")
     model = arrays.get("model")
     problem = check_arrays(arrays["offsets"], arrays["start_s"], arrays["end_s"], arrays["period_s"], model)
     if problem:
         raise TraceFileError(path, f"is malformed: {problem}")
     return AvailabilityTrace._trusted(arrays["offsets"], arrays["start_s"], arrays["end_s"], arrays["period_s"], model)
+
+
+#: Largest zip central directory read. A trace's has six entries of about 100 bytes; a huge
+#: one would make ``zipfile`` build an entry object per 46 bytes of file before any check.
+MAX_CENTRAL_DIRECTORY = 1 << 20
+#: Largest .npy header read (numpy's own default for ``max_header_size``).
+MAX_NPY_HEADER = 10_000
+#: Bytes decompressed per read: all that loading needs beyond the arrays themselves (numpy's
+#: own read size; much larger reads are slower, as ``zipfile`` then copies its input around).
+READ_CHUNK = 1 << 18
+#: Memory a loaded trace needs per byte of its arrays in the file, at most: the arrays, a
+#: re-indexed copy when simulated clients are mapped onto the traces, and the all-clients sweep
+#: index (8 bytes per interval, as much as float32 times take); float64 times cost less per
+#: byte (their float32 narrowing is half their size, the index a quarter).
+MEMORY_PER_ARRAY_BYTE = 3
+#: Array bytes always allowed, so that a low or misread memory figure never refuses a small trace.
+MIN_ARRAY_BUDGET = 256 << 20
+#: Array bytes allowed where the available memory cannot be read (no /proc, no sysconf).
+DEFAULT_ARRAY_BUDGET = 4 << 30
+#: Zip compression methods read: what numpy and turnout write. ``zipfile`` decompresses the
+#: others (bzip2, lzma) without bounding what one read returns, and knows no more.
+READ_METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
+#: Zip flag bits of members that are not plain data: encrypted (0x1), patched (0x20),
+#: strongly encrypted (0x40).
+UNREADABLE_FLAGS = 0x61
+
+
+def _read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """The trace's arrays, checked before anything is decompressed, read in bounded chunks.
+
+    First the zip directory: its size, and for each array its member's flags, compression
+    method and declared size (all arrays together within :func:`_array_budget`). Then each
+    .npy header: a dtype without objects, a shape whose bytes fit the declared size, the dtypes
+    and lengths the format needs (:func:`check_layout`). Only then is data decompressed, into
+    arrays of the header's size, :data:`READ_CHUNK` bytes at a time; ``zipfile`` never returns
+    more than a member's declared size, so a lying header cannot make it use more memory.
+    """
+    with open(path, "rb") as f:
+        cd = _central_directory_size(f)
+        if cd > MAX_CENTRAL_DIRECTORY:
+            raise TraceFileError(path, f"has a zip directory of {cd} bytes (a trace's takes a few hundred); "
+                                       f"expected {EXPECTED}")
+        with zipfile.ZipFile(f) as zf:
+            members = {k: info for k in REQUIRED + OPTIONAL if (info := _member(zf, k)) is not None}
+            missing = [k for k in REQUIRED if k not in members]
+            if missing:
+                raise TraceFileError(path, f"lacks array(s) {', '.join(missing)}; expected {EXPECTED}")
+            for info in members.values():
+                _check_member(path, info)
+            declared = sum(info.file_size for info in members.values())
+            budget, available = _array_budget()
+            if declared > budget:
+                have = (f"{available / 1e9:.3g} GB of memory available" if available is not None
+                        else "memory that cannot be measured here")
+                raise TraceFileError(path, f"declares {declared / 1e9:.3g} GB of uncompressed arrays, more than the "
+                                           f"{budget / 1e9:.3g} GB a trace may hold with {have} (loading takes about "
+                                           f"{MEMORY_PER_ARRAY_BYTE}x); free memory or use a smaller trace (a small "
+                                           "file declaring that much is a decompression bomb)")
+            headers = {k: _npy_header(path, zf, info) for k, info in members.items()}
+            problem = check_layout({k: h[0] for k, h in headers.items() if k != "format_version"},
+                                   {k: h[1] for k, h in headers.items() if k != "format_version"})
+            if problem:
+                raise TraceFileError(path, f"is malformed: {problem}")
+            if "format_version" in headers:
+                dtype, shape, _ = headers["format_version"]
+                if shape != () or dtype.kind not in "iu":
+                    raise TraceFileError(path, f"has a format_version of dtype {dtype} and shape {shape}, "
+                                               f"this turnout reads a scalar version {FORMAT_VERSION}")
+            return {k: _npy_data(zf, members[k], *headers[k]) for k in members}
+
+
+def _member(zf: zipfile.ZipFile, key: str) -> zipfile.ZipInfo | None:
+    """The member holding array ``key``, found as ``np.load`` finds it (``key``, else ``key.npy``)."""
+    for name in (key, key + ".npy"):
+        try:
+            return zf.getinfo(name)
+        except KeyError:
+            pass
+    return None
+
+
+def _check_member(path: Path, info: zipfile.ZipInfo) -> None:
+    """Refuse a member ``zipfile`` could not read as plain data, from its directory entry alone."""
+    name = info.filename
+    if info.flag_bits & UNREADABLE_FLAGS:
+        what = "encrypted" if info.flag_bits & 0x41 else "stored as a patch"
+        raise TraceFileError(path, f"member {name!r} is {what}; turnout reads plain .npz traces, save it "
+                                   "unencrypted (np.savez_compressed, `turnout trace generate` or "
+                                   "`turnout trace import`)")
+    if info.compress_type not in READ_METHODS:
+        raise TraceFileError(path, f"member {name!r} uses zip compression method {info.compress_type}; turnout "
+                                   "reads stored or deflated members, as np.savez / np.savez_compressed write them")
+
+
+def _npy_header(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[np.dtype, tuple, int]:
+    """(dtype, shape, header bytes) of a member's .npy header, read without its data.
+
+    Refuses object dtypes (they need pickle) and a shape whose bytes exceed what the member
+    declares (a header claiming 10**12 entries is caught here, before anything is allocated).
+    """
+    name = info.filename
+    with zf.open(info) as fh:
+        head = io.BytesIO(fh.read(min(info.file_size, 12 + MAX_NPY_HEADER)))
+    if head.getvalue()[:6] != np.lib.format.MAGIC_PREFIX:
+        raise TraceFileError(path, f"member {name!r} is not a .npy array; expected {EXPECTED}")
+    version = np.lib.format.read_magic(head)
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(head, max_header_size=MAX_NPY_HEADER)
+    elif version == (2, 0):
+        shape, _, dtype = np.lib.format.read_array_header_2_0(head, max_header_size=MAX_NPY_HEADER)
+    else:
+        raise TraceFileError(path, f"member {name!r} is a .npy array of format version {version[0]}.{version[1]}; "
+                                   f"expected {EXPECTED}")
+    if dtype.hasobject:
+        raise TraceFileError(path, "holds object arrays that need pickle, which turnout never loads; "
+                                   f"expected {EXPECTED}")
+    if any(d < 0 for d in shape):
+        raise TraceFileError(path, f"member {name!r} has shape {shape}; expected {EXPECTED}")
+    need = math.prod(shape) * max(dtype.itemsize, 1)
+    have = info.file_size - head.tell()
+    if need > have:
+        raise TraceFileError(path, f"member {name!r} is truncated or corrupt: its header describes {need} bytes "
+                                   f"of data (shape {shape}, dtype {dtype}) but it holds {have}; "
+                                   "regenerate or re-import it")
+    return dtype, shape, head.tell()
+
+
+def _npy_data(zf: zipfile.ZipFile, info: zipfile.ZipInfo, dtype: np.dtype, shape: tuple, header: int) -> np.ndarray:
+    """A member's array (header already checked), decompressed :data:`READ_CHUNK` bytes at a time."""
+    arr = np.empty(shape, dtype)
+    dst = arr.reshape(-1).view(np.uint8)
+    with zf.open(info) as fh:
+        fh.read(header)
+        pos = 0
+        while pos < len(dst):
+            chunk = fh.read(min(READ_CHUNK, len(dst) - pos))
+            if not chunk:
+                raise EOFError(f"{info.filename}: data ends after {pos} of {len(dst)} bytes")
+            dst[pos:pos + len(chunk)] = np.frombuffer(chunk, np.uint8)
+            pos += len(chunk)
+    return arr
+
+
+def _central_directory_size(f) -> int:
+    """Size of the zip central directory as ``zipfile`` will read it (0 where it finds none).
+
+    Follows ``zipfile``'s search for the end record: at the very end of the file, else the last
+    signature in the final 64 KiB (after which a comment may follow); a zip64 end record just
+    before it gives the size instead.
+    """
+    size = f.seek(0, 2)
+    tail_at = max(size - (1 << 16) - 22, 0)
+    f.seek(tail_at)
+    tail = f.read()
+    at = len(tail) - 22 if tail[-22:-18] == b"PK\x05\x06" and tail[-2:] == b"\0\0" else tail.rfind(b"PK\x05\x06")
+    if at < 0 or len(tail) - at < 22:
+        return 0
+    cd = int.from_bytes(tail[at + 12:at + 16], "little")
+    end64 = tail_at + at - 20 - 56  # zip64 end record (56 bytes), then its locator (20 bytes)
+    if end64 >= 0:
+        f.seek(end64)
+        rec = f.read(76)
+        if rec[56:60] == b"PK\x06\x07" and rec[:4] == b"PK\x06\x06":
+            cd = int.from_bytes(rec[40:48], "little")
+    return cd
+
+
+def _array_budget() -> tuple[int, int | None]:
+    """(array bytes a trace may declare, bytes of memory available or None when unknown)."""
+    available = _memory_available()
+    if available is None:
+        return DEFAULT_ARRAY_BUDGET, None
+    return max(MIN_ARRAY_BUDGET, available // MEMORY_PER_ARRAY_BYTE), available
+
+
+def _memory_available() -> int | None:
+    """Bytes this process can still allocate: the least of the system's available memory, its
+    cgroup's headroom and its address-space limit (``RLIMIT_AS``), where they can be read."""
+    found = []
+    try:
+        with open("/proc/meminfo") as f:
+            found += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        try:
+            found.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        except (OSError, ValueError, AttributeError):
+            pass
+    try:
+        cgroup = Path("/sys/fs/cgroup")
+        limit = (cgroup / "memory.max").read_text().strip()
+        if limit != "max":
+            found.append(int(limit) - int((cgroup / "memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            with open("/proc/self/status") as f:
+                used = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+            found.append(soft - used)
+    except (ImportError, OSError, ValueError, StopIteration):
+        pass
+    return max(min(found), 0) if found else None
 
 
 def _short(exc: BaseException) -> str:
