@@ -8,7 +8,7 @@ protocols) and numpy's scalar reconstructor with ``numpy.dtype`` (a FedScale val
 ``numpy.float64``); anything else — ``os.system``, ``builtins.eval``, any class — is refused
 before it is called.
 
-Schemas (FedScale ``benchmark/dataset/data/device_info/``; see ``shared/spec`` §7.2):
+Schemas (FedScale ``benchmark/dataset/data/device_info/``; see ``docs/algorithms/world.md#traces``):
 
 * ``client_behave_trace``: ``{key: {'duration': int s, 'inactive': [int s], 'finish_time': int s,
   'active': [int s], 'model': str}}`` — client online during ``[active[i], inactive[i]]`` of
