@@ -1,5 +1,6 @@
-"""Adaptive-OU (spec §4.1): the OU estimator, the client threshold rule and its NACKs, the server's
-OU / ZERO / IGNORE substitution and threshold update, and a run through the real engine."""
+"""Adaptive-OU (Algorithms 1–3; docs/algorithms/adaptive_ou.md): the OU estimator, the client threshold
+rule and its NACKs, the server's OU / ZERO / IGNORE substitution and threshold update, and a run
+through the real engine."""
 
 import math
 

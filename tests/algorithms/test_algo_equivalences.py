@@ -1,5 +1,6 @@
-"""Through the real engine: the §2 baselines reduce to FedAvg under full participation, FedProx μ=0 is
-FedAvg, μ>0 pulls local models toward the start, and SCAFFOLD's two uplink forms give one model."""
+"""Through the real engine: the FedSUM baselines (FedAU, FedAWE, FedVARP, MIFA) reduce to FedAvg under
+full participation, FedProx μ=0 is FedAvg, μ>0 pulls local models toward the start, and SCAFFOLD's two
+uplink forms give one model."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Server rules of the §2 baselines, SCAFFOLD, FedAdam/FedYogi and FedAvg's lr decay on hand-made reports,
+"""Server rules of the FedSUM baselines, SCAFFOLD, FedAdam/FedYogi and FedAvg's lr decay on hand-made reports,
 including rounds in which nobody reports."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""FedSUM-B / FedSUM / FedSUM-CR (spec §1.2) through the real engine.
+"""FedSUM-B / FedSUM / FedSUM-CR (docs/algorithms/fedsum.md) through the real engine.
 
 FedSUM ≡ SCAFFOLD and FedSUM-CR ≡ FedSUM under full participation; FedSUM-B is K gradients at the
 received model merged by SUM; the state invariants of stochastic uplink-merge under P2 participation;

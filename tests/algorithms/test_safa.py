@@ -1,5 +1,5 @@
-"""SAFA (spec §6.7): REFL's emulation (every online client launched, a target ratio of reports, deadline
-rounds, stale bound 5) plus SAFA's cache of the latest client models."""
+"""SAFA (docs/algorithms/baselines.md#safa): REFL's emulation (every online client launched, a target
+ratio of reports, deadline rounds, stale bound 5) plus SAFA's cache of the latest client models."""
 
 import dataclasses
 import math

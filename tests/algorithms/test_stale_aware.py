@@ -1,4 +1,4 @@
-"""Stale-aware aggregation (spec §6.4–6.5): the REFL / Equal / DynSGD / AdaSGD / Average weights, the
+"""Stale-aware aggregation (REFL §4.2, Eq. (2)): the REFL / Equal / DynSGD / AdaSGD / Average weights, the
 code's one-round-late emulation, full-model combination, and deadline rounds through the real engine."""
 
 import math

@@ -1,4 +1,4 @@
-"""FedGS availability modes: formulas (spec seed-algorithms.md §5.1), frequencies, determinism, config errors."""
+"""FedGS availability modes: formulas (FedGS Table 1, as coded), frequencies, determinism, config errors."""
 
 from __future__ import annotations
 

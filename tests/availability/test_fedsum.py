@@ -1,4 +1,4 @@
-"""FedSUM / FedAWE participation patterns (spec seed-algorithms.md §1.1, §1.3, §2; FedSUM seed §2.1, H.8)."""
+"""FedSUM / FedAWE participation patterns (FedSUM §2.1, §2.2, §5, App. H.8; the FedAWE code's schedules)."""
 
 from __future__ import annotations
 
@@ -187,7 +187,7 @@ def test_cyclic_blocks_partition_and_each_client_once_per_cycle(n, m):
     # Blocks are consecutive client ids: round t holds [t·m, (t+1)·m).
     for t in range(cycle):
         np.testing.assert_array_equal(np.flatnonzero(on[t]), np.arange(t * m, min((t + 1) * m, n)))
-    assert gaps(on).max() == cycle  # τ_max = n/m − 1 under the spec's convention
+    assert gaps(on).max() == cycle  # τ_max = n/m − 1 under our convention (docs/algorithms/fedsum.md#delay-metrics)
 
 
 def test_cyclic_random_order():
@@ -215,7 +215,7 @@ def test_reshuffled_cyclic(n, m):
     slot = per_epoch.argmax(axis=1)
     assert len({tuple(s) for s in slot}) == epochs
     g = gaps(on)
-    assert g.max() <= 2 * epoch - 1           # consistent with τ_max ≤ 2n/m − 2 (spec §1.1)
+    assert g.max() <= 2 * epoch - 1           # consistent with τ_max ≤ 2n/m − 2 (our convention)
     assert g.max() > epoch                   # and not merely cyclic
     # Delay metric: τ(t) = max_i (t − τ_i(t)) over rounds after everyone has been seen once.
     last = np.full(n, -1)

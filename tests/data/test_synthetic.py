@@ -66,7 +66,8 @@ def test_fedgs_split_75_15_10(fedgs):
 
 
 def test_fedgs_matches_transcription_of_reference():
-    """Spec §2.2 written out literally with numpy's legacy global RNG: same x, y and optimal models."""
+    """FedGS's generator (benchmark/synthetic_regression/core.py) written out literally with numpy's legacy
+    global RNG: same x, y and optimal models."""
     state = np.random.get_state()
     try:
         np.random.seed(97 + 3)

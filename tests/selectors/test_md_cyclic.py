@@ -1,4 +1,4 @@
-"""MD sampling (FedProx / FedGS MDSample, spec §5.4) and the cyclic selectors (FedSUM Cases 3–4, §1.1/§1.3)."""
+"""MD sampling (FedProx / FedGS MDSample) and the cyclic selectors (FedSUM Cases 3–4, FedSUM §2.1)."""
 
 import math
 import time

@@ -1,4 +1,5 @@
-"""Oort (spec §6.6): utility, duration penalty and pacer, ε-greedy exploration, clipping, staleness bonus."""
+"""Oort (docs/algorithms/baselines.md#oort): utility, duration penalty and pacer, ε-greedy exploration,
+clipping, staleness bonus."""
 
 import math
 

@@ -1,4 +1,5 @@
-"""Power-of-Choice (spec §4.2, §5.4): Cho et al. pow-d / cpow-d / rpow-d, FedGS-repo and Adaptive-OU-repo versions."""
+"""Power-of-Choice (docs/algorithms/baselines.md#power-of-choice): Cho et al. pow-d / cpow-d / rpow-d,
+FedGS-repo and Adaptive-OU-repo versions."""
 
 import itertools
 import warnings

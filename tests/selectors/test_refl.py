@@ -1,4 +1,4 @@
-"""REFL IPS (spec §6.2–6.3): least-available-first, noisy oracle, cooldown, pending exclusion, APT."""
+"""REFL IPS (REFL §4.1, Algorithm 1): least-available-first, noisy oracle, cooldown, pending exclusion, APT."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,5 @@
-"""GlueFL sticky sampling (spec §3.2–3.3): Proposition 2, unbiased weights, rebalancing, over-commitment, edges."""
+"""GlueFL sticky sampling (GlueFL §3.1, Algorithm 2, App. B, F): Proposition 2, unbiased weights, rebalancing,
+over-commitment, edges."""
 
 import time
 

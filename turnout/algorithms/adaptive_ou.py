@@ -1,7 +1,7 @@
 """Adaptive-OU (Ribero & Vikalo): clients send an update only when its norm beats a threshold; the server estimates the rest.
 
-Spec ``seed-algorithms.md`` §4.1, as coded in ``mriberodiaz/selection_ou_weights``
-(``fed_avg_schedule_{ou,zero,ignore}.py``, ``estimation_utils.py``).
+Adaptive-OU Algorithms 1–3, as coded in ``mriberodiaz/selection_ou_weights``
+(``fed_avg_schedule_{ou,zero,ignore}.py``, ``estimation_utils.py``); notes: ``docs/algorithms/adaptive_ou.md``.
 
 Client rule (round ``t``, threshold ``γ_t`` broadcast with the model):
 
@@ -23,7 +23,7 @@ Server rule:
 2. ``Δ_t = Σ_k w_k Δ̃_k / Σ_k w_k`` (selector weights, ``n_k`` by default as in the code; absolute
    selector weights are used as given), ``x_{t+1} = x_t + η_g Δ_t``.
 3. ``γ_{t+1} = m̄ − s``: ``n_k``-weighted mean and standard deviation of the norms of every client
-   that reported ([AMBIG] the code's weighted version; ``threshold_weighting: uniform`` is the paper's).
+   that reported (the code's weighted version; ``threshold_weighting: uniform`` is the paper's, Algorithm 1).
    ``rule: fixed`` keeps ``γ`` at ``threshold``.
 4. The OU estimator (:mod:`.ou_estimator`) adds the pair ``(x_t, x_{t+1})`` and predicts
    ``Δ̂_{t+1} = a ⊙ x_{t+1} + b − x_{t+1}``. The pair is added at the start of the next round from the
@@ -67,7 +67,7 @@ class AdaptiveOUConfig(ServerLRConfig):
                              description="γ_0 of the adaptive rule (code: 0), the constant γ of the fixed rule")
     prob_transmit: float = Field(0.5, ge=0.0, le=1.0, description="transmission probability of rule: random")
     threshold_weighting: Literal["n_samples", "uniform"] = Field(
-        "n_samples", description="[AMBIG] weights of the mean − std threshold update: n_k (code) or uniform (paper)")
+        "n_samples", description="weights of the mean − std threshold update: n_k (code) or uniform (paper)")
     quantize: bool = Field(False, description="send transmitted updates as 8-bit codes (the code's *_compression)")
     nack_bytes: int = Field(8, ge=0, description="wire size of a NACK + its float32 norm")
     min_pairs: int = Field(2, ge=2, description="model pairs (x_t, x_{t+1}) seen before the OU estimate is used "

@@ -1,4 +1,4 @@
-"""FedAU (Wang & Ji, NeurIPS 2023) as coded in ``IBM/fedau`` ``main.py`` (spec §2): weight each update by the client's mean participation interval.
+"""FedAU (Wang & Ji, NeurIPS 2023) as coded in ``IBM/fedau`` ``main.py``: weight each update by the client's mean participation interval.
 
 Per client (struct-of-arrays over all N, no model-sized state): a counter ``c_i`` of rounds since
 its last participation (init 0) and the running sum and count of its recorded intervals ``I_i``
@@ -16,6 +16,8 @@ Choices: a client "participates" when its report reaches the server rule this ro
 dropped or rejected counts as absent); the selector's weights are ignored (equal objective
 weights, as in the code). Under full participation every ω_i is 1 and FedAU is FedAvg with equal
 weights. ``last_weights`` holds the ω_i of the latest round (aligned with its reports).
+
+Notes: ``docs/algorithms/baselines.md#fedau``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ class ServerLRConfig(StrictModel):
 
     ``η_g(t) = max(server_lr · decay^⌊t / every⌋, server_lr_min)`` once at least one decay has
     happened (``t`` is the 0-based round), so the first ``every`` rounds use ``server_lr`` itself.
-    GlueFL's ``lr ← max(0.98·lr, 5e−5)`` every 10 rounds (spec §3.1) is ``server_lr_decay: 0.98,
+    GlueFL's ``lr ← max(0.98·lr, 5e−5)`` every 10 rounds (GlueFL §5.1, as coded) is ``server_lr_decay: 0.98,
     server_lr_decay_every: 10, server_lr_min: 5e-5``. The default (decay 1) keeps η_g constant.
     """
 

@@ -1,4 +1,4 @@
-"""FedAWE (Xiang et al., NeurIPS 2024) as coded in ``mingxiang12/FedAWE`` ``varying_awe.py`` (spec §2).
+"""FedAWE (Xiang et al., NeurIPS 2024) as coded in ``mingxiang12/FedAWE`` ``varying_awe.py``.
 
 Per client: a local copy ``x̂_i`` (initially ``x^0``; store slot ``fedawe/x_hat``, a missing row
 means ``x^0``) and an echo counter ``e_i`` (initially 1; an int array over all N). A client of
@@ -26,6 +26,8 @@ what the engine holds after a compressor's ``server_update`` (identical to the r
 without one). The selector's weights are ignored (equal weights, as in the code); the downlink is
 counted by the engine when the client is next selected (one vector), not right after the round.
 Under full participation with the clip off, FedAWE is FedAvg with equal weights.
+
+Notes: ``docs/algorithms/baselines.md#fedawe``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """FedSUM-B, FedSUM and FedSUM-CR (You & Pu): stochastic uplink-merge (SUM) with SCAFFOLD-style corrections.
 
-Spec ``seed-algorithms.md`` §1.2 — a **reconstruction** ([RECON]: the seed lost its math and the
-official code could not be obtained). Every flag the spec asks to keep is a config option.
+FedSUM §3, Algorithms 1–3, Eqs. (5)–(11) — a **reconstruction** ([RECON]: the seed lost its math
+and the official code could not be obtained; notes: ``docs/algorithms/fedsum.md``). Every choice the
+reconstruction had to make is a config option.
 
-State (§1.2 table):
+State (``docs/algorithms/fedsum.md#state-and-learning-rates``):
 
 * server: the model ``x`` and the merged direction ``y`` (``y^0 = 0``), kept here as a tensor;
 * per client: ``y_i`` (its last aggregated gradient, ``y_i^0 = 0``) in the per-client state store
@@ -28,7 +29,7 @@ How it maps onto the engine's hooks, and the choices made:
 * FedSUM / FedSUM-CR recover the mean raw gradient from the SGD end point, as SCAFFOLD's option II
   does: ``x_K = x_0 − η Σ_k (g_k + c)`` ⇒ ``(1/K) Σ_k g_k = (x_0 − x_K)/(K η) − c``. The client rule is
   therefore a pure function of tensors (any executor, no side channel), and **needs plain local SGD**
-  (``train.momentum = 0``, ``weight_decay = 0``, no ``grad_clip``), as the spec's training protocol has.
+  (``train.momentum = 0``, ``weight_decay = 0``, no ``grad_clip``), as the FedAWE code FedSUM builds on has.
 * FedSUM-B evaluates all K gradients at ``x^t``: its local objective freezes the model and the trainer
   returns the sum of the K gradients, which ``client_update`` receives — a pure function of tensors
   too, so every executor runs it.
@@ -39,11 +40,11 @@ How it maps onto the engine's hooks, and the choices made:
   deadline cut, a rejected non-finite upload) keeps its old ``y_i``, so ``y = Σ_i p_i y_i`` holds at
   every round; with a lossy compressor the client's ``y_i`` is what the server merged (SCALLION-style).
   FedSUM-CR's ``x̃_i ← x^t, τ̂_i ← t`` is committed for every *launched* client (it did receive ``x^t``).
-* [AMBIG] normalisation by ``n`` (spec default) — ``weighting: n_samples`` uses ``p_i = n_i/Σn``.
-* [AMBIG] empty ``S_t``: ``y`` unchanged, ``x ← x − γ_t y`` still applied (``step_when_empty``, spec
+* [AMBIG] normalisation by ``n`` (default, as MIFA's code) — ``weighting: n_samples`` uses ``p_i = n_i/Σn``.
+* [AMBIG] empty ``S_t``: ``y`` unchanged, ``x ← x − γ_t y`` still applied (``step_when_empty``,
   default true). When the step is skipped, γ_t = 0 is recorded so FedSUM-CR's inference stays exact.
-* ``correction: others_only`` is the spec's rejected alternative (``c = y − p_i y_i``, local direction
-  ``p_i g + c``), kept behind the flag the spec names.
+* ``correction: others_only`` is a rejected alternative reading (``c = y − p_i y_i``, local direction
+  ``p_i g + c``), kept behind a flag (``docs/algorithms/fedsum.md#fedsum-standard``).
 * The local lr ``η_t`` is the engine's ``train.lr_schedule``; FedSUM's own schedule
   ``η/sqrt(t/10 + 1)`` is ``{name: inverse_sqrt, sqrt_scale: 10}``.
 """
@@ -66,15 +67,15 @@ XTILDE_SLOT = "fedsum_cr_xtilde"
 
 class FedSUMBConfig(ServerLRConfig):
     weighting: Literal["uniform", "n_samples"] = Field(
-        "uniform", description="p_i of the merge y ← y + Σ p_i Δ_i: uniform 1/n (spec, seed eq. (1)) or n_i/Σn")
+        "uniform", description="p_i of the merge y ← y + Σ p_i Δ_i: uniform 1/n (seed eq. (1)) or n_i/Σn")
     step_when_empty: bool = Field(
-        True, description="[AMBIG] when no report arrives: still apply x ← x − γ_t y (MIFA's code; spec default) "
+        True, description="[AMBIG] when no report arrives: still apply x ← x − γ_t y (MIFA's code; default) "
                           "or skip the step")
 
 
 class FedSUMConfig(FedSUMBConfig):
     correction: Literal["scaffold", "others_only"] = Field(
-        "scaffold", description="scaffold: c_i = y − y_i, local direction g + c_i (spec default); others_only: the "
+        "scaffold", description="scaffold: c_i = y − y_i, local direction g + c_i (default); others_only: the "
                                 "rejected alternative c_i = y − p_i y_i, local direction p_i g + c_i")
 
 

@@ -1,4 +1,4 @@
-"""FedVARP (Jhunjhunwala et al., UAI 2022) as coded in ``IBM/fedau`` ``main.py`` (spec §2): SAGA-style variance reduction.
+"""FedVARP (Jhunjhunwala et al., UAI 2022) as coded in ``IBM/fedau`` ``main.py``: SAGA-style variance reduction.
 
 The server keeps one memory ``y_i`` per client (initially 0, store slot ``fedvarp/y_i``) and their
 mean ``ȳ = (1/N) Σ_i y_i``. With ``S_t`` the clients that reported this round:
@@ -13,6 +13,8 @@ changed anyway. ``Σ_i y_i`` is a running float64 sum (O(reports · dim) per rou
 Choices: equal objective weights (1/|S_t| and 1/N), ignoring the selector's weights, as in the
 code bases FedSUM builds on. Under full participation ``D`` is the plain mean of the deltas, so
 FedVARP is FedAvg with equal weights.
+
+Notes: ``docs/algorithms/baselines.md#fedvarp``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""MIFA (Gu et al., NeurIPS 2021) as coded in ``IBM/fedau`` ``main.py`` (spec §2): average the latest update of every client.
+"""MIFA (Gu et al., NeurIPS 2021) as coded in ``IBM/fedau`` ``main.py``: average the latest update of every client.
 
 The server keeps one memory ``G_i`` per client (initially 0, in the client-state store under
 ``mifa/G_i``). Each round, ``G_i ← Δ_i`` (the raw model delta) for every client that reported, and
@@ -10,9 +10,11 @@ the server applies
 ``Σ_i G_i`` is kept as a running float64 sum, so a round costs O(reports · dim), not O(N · dim).
 
 Choices: updates are stored raw, as the code does (the paper's lr-normalised memory is not used,
-spec [AMBIG] "MIFA note"); the objective weights are equal (1/N) and the selector's weights are
+which we did not verify); the objective weights are equal (1/N) and the selector's weights are
 ignored, as in the FedAU/FedAWE code bases. Under full participation this is FedAvg with equal
 weights.
+
+Notes: ``docs/algorithms/baselines.md#mifa``.
 """
 
 from __future__ import annotations

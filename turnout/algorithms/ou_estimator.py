@@ -1,7 +1,7 @@
 """Per-coordinate Ornstein–Uhlenbeck (AR(1)) estimate of the next model step, from rolling sums.
 
-Spec ``seed-algorithms.md`` §4.1 step 7 (Adaptive-OU, ``estimation_utils.py`` of
-``mriberodiaz/selection_ou_weights``). Each coordinate of the global model is modelled as
+Adaptive-OU §3.6, Eqs. (7)–(10), as in ``estimation_utils.py`` of ``mriberodiaz/selection_ou_weights``
+(notes: ``docs/algorithms/adaptive_ou.md#ou-estimator``). Each coordinate of the global model is modelled as
 ``x_{t+1} = a·x_t + b + ε``. Five running sums over the observed pairs ``(x_t, x_{t+1})`` give the
 least-squares fit in O(dim) memory and time per round:
 

@@ -1,14 +1,14 @@
 """SAFA (Wu et al., IEEE TC 2021) as REFL emulates it, plus SAFA's cache of the latest client models.
 
-Spec ``seed-algorithms.md`` §6.7. REFL's emulation (``wandb_tags`` starting with ``safa``) is a
-combination of seams:
+REFL §3.2 and §5.2 (notes: ``docs/algorithms/baselines.md#safa``). REFL's emulation (``wandb_tags``
+starting with ``safa``) is a combination of seams:
 
 * selector ``safa`` (``selectors/safa.py``): **every online client is launched** each round, and the round wants
   ``N_t = ⌊|online| · target_ratio⌋`` reports (paper: 0.1; [AMBIG] ``run_E2.sh`` uses 0.8 — we follow
   the paper);
 * round mode ``{name: deadline, deadline_s: 100, max_reports: target}``: the first ``N_t`` on-time
   reports are aggregated, the others (on time beyond the quota, or past the deadline) keep going and
-  arrive later as stale reports (REFL's straggler cache, §6.4);
+  arrive later as stale reports (REFL's straggler cache, REFL §4.2);
 * algorithm ``safa`` (below): stale reports are used up to a staleness bound of 5 rounds
   (``max_staleness``), no IPS.
 

@@ -14,9 +14,10 @@ Server: ``x ← x + η_g · Σ_i w_i Δy_i`` with the selector's weights (unifor
 ``equal`` weighting, the paper's form), ``c ← c + (1/N) Σ_i Δc_i``, ``c_i ← c_i⁺`` for every
 aggregated client.
 
-Forms (spec §1.2 table, §2 "SCAFFOLD"):
+Forms (``docs/algorithms/baselines.md#scaffold``; FedSUM's communication count does not say which
+one it used, [AMBIG]):
 
-* ``original`` (default, the spec's [AMBIG] choice): the client sends Δy **and** Δc, 2 model-sized
+* ``original`` (default): the client sends Δy **and** Δc, 2 model-sized
   vectors up (``uplink_vectors = 2``). On the wire only Δy is carried through the engine; the
   server rebuilds Δc = −c − Δy/(Kη) exactly, which is what the client would have sent.
 * ``single_uplink`` (Huang et al. 2023, SCALLION's form): the client sends one vector

@@ -16,7 +16,7 @@ decay). Initialisation, ``init``:
 * ``fedscale``: the FedScale/REFL ``YoGi`` class (``core/utils/yogi.py`` of ``ahmedcs/REFL``): the
   first non-empty round sets ``m = Δ``, ``v = Δ²`` and applies ``Δ`` unchanged (a plain FedAvg step,
   no η_g); later rounds follow the rule above. REFL's defaults are η = 3e−3, τ = 1e−8, β₁ = 0.9,
-  β₂ = 0.99 (spec §6.8).
+  β₂ = 0.99 (REFL's run scripts; ``docs/algorithms/baselines.md#fedadam-and-fedyogi``).
 
 A round with no reports changes nothing: neither the model nor the moments (our choice; Δ = 0
 would otherwise keep moving the model along the decaying momentum).

@@ -1,9 +1,10 @@
 """Staleness-aware aggregation of late arrivals (REFL's SAA and the rules it compares against).
 
-Spec ``seed-algorithms.md`` §6.4–6.5 (``ahmedcs/REFL`` ``core/aggregator.py``). Deadline and
-over-commit rounds leave stragglers that keep training; the engine delivers their reports when they
-arrive, with ``staleness τ_s`` = current round − the round whose model they started from (the spec's
-physically consistent default). This server rule folds them into the round's aggregate:
+REFL §4.2, Eq. (2), as coded in ``ahmedcs/REFL`` ``core/aggregator.py`` (notes:
+``docs/algorithms/refl.md#staleness-weights``). Deadline and over-commit rounds leave stragglers
+that keep training; the engine delivers their reports when they arrive, with ``staleness τ_s`` =
+current round − the round whose model they started from (the physically consistent default). This
+server rule folds them into the round's aggregate:
 
     x_{t+1} = x_t + η_g · Σ_{i∈F∪S} (v_i f_i / Σ v f) u_i
 
@@ -28,7 +29,7 @@ Choices:
   rounds, or for the whole run when there is no bound), and ``x_{t+1} = x_t + η_g (Σ w u − x_t)``.
 * The public code's [BUG] (stale models never added to the sum, their weights still in the
   normaliser) is not replicated.
-* ``timing: refl_code`` emulates the code's one-round-late application ([QUIRK] §6.4): a stale report
+* ``timing: refl_code`` emulates the code's one-round-late application ([QUIRK]): a stale report
   that reaches the server in round r is applied in round r+1 with the staleness it had on arrival (so
   ``τ_s`` understates its age by 1). The engine still counts it as aggregated in round r; reports left
   waiting when the run ends are never applied.

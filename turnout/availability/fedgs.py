@@ -1,11 +1,12 @@
 """FedGS's seven availability modes (Wang et al., AAAI 2023), as coded in ``WwZzz/FedGS``.
 
 Every mode gives each client an activity probability ``p_{i,t}``; each round every client is
-online with an independent Bernoulli draw (spec ``seed-algorithms.md`` §5.1,
-``utils/systemic_simulator.py``). The FedGS code redraws the whole round when nobody came
-online; we reproduce that distribution exactly (see :meth:`BernoulliAvailability._nonempty`).
+online with an independent Bernoulli draw (FedGS Table 1, as coded in
+``utils/systemic_simulator.py``; notes: ``docs/algorithms/world.md#fedgs-availability-modes``). The
+FedGS code redraws the whole round when nobody came online; we reproduce that distribution exactly
+(see :meth:`BernoulliAvailability._nonempty`).
 
-Conventions shared by every mode here (our choices where the spec leaves room):
+Conventions shared by every mode here (our choices where paper and code leave room):
 
 * ``n_i`` is ``world.n_train[i]`` (FedGS's ``local_data_vols`` is the training size too).
 * ``Y_i`` is the set of labels with a non-zero count in ``world.label_hist[i]``. FedGS also
@@ -191,8 +192,8 @@ class YMaxFirst(_StaticBernoulli):
     """FedGS YMF-β: p_i = β·min(Y_i)/max(1, L−1) + 1 − β (clients whose smallest label is larger are online more).
 
     Code vs paper: the paper's Table 1 divides by max_k y (the largest label); the FedGS code
-    divides by max(1, L − 1). With labels 0..L−1 both are the same; we follow the code (the spec's
-    default). A client holding no labels is treated as min(Y_i) = 0, i.e. p = 1 − β.
+    divides by max(1, L − 1). With labels 0..L−1 both are the same; we follow the code. A client
+    holding no labels is treated as min(Y_i) = 0, i.e. p = 1 − β.
     """
 
     class Config(StrictModel):
@@ -212,7 +213,7 @@ class YMaxFirst(_StaticBernoulli):
 class YCycle(BernoulliAvailability):
     """FedGS YC-β: a label window sweeps over the classes; clients holding the current label get p = 1, others 1 − β.
 
-    ``variant: fedgs`` (default, the FedGS repo and the spec's default): ``T = 10L``,
+    ``variant: fedgs`` (default, the FedGS repo): ``T = 10L``,
     ``r_t = (1 + t mod T)/T`` and ``I_i(t) = 1[∃ y ∈ Y_i: y/L < r_t ≤ (y+1)/L]``. The label whose
     interval holds ``r_t`` is exactly ``y*(t) = ⌊(t mod 10L)/10⌋`` (integer arithmetic, identical to
     the code's float test because IEEE division is correctly rounded), so a round costs one column
@@ -281,7 +282,7 @@ class LogNormal(_StaticBernoulli):
 class SinLogNormal(BernoulliAvailability):
     """FedGS SLN-β: LN's rates q_i modulated by a sine of period 24 rounds, p = (0.4 sin θ_t + 0.5)·q_i.
 
-    ``variant: fedgs`` (default, the FedGS code and the spec's default):
+    ``variant: fedgs`` (default, the FedGS code):
     ``θ_t = linspace(0, 2π, 24)[t mod 24] = 2π (t mod 24)/23``. ``variant: paper`` (Table 1's
     ``(1 + t mod T)/T · 2π`` with ``T = 24``, the constant the code's docstring names).
     ``q_i`` is exactly LN-β's ``p_i`` for the same seed and β.

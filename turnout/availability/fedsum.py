@@ -1,8 +1,9 @@
 """FedSUM's participation patterns (You & Pu) and the FedAWE/FedAU code's schedules.
 
-Sources: spec ``seed-algorithms.md`` §1.1 (delay metrics), §1.3 (P1–P3, label-mix ``p_i``,
-Cases 1–4, H.8 biased sampling), §2 "Participation and schedule used by these baselines" (the
-FedAWE ``fluctuate`` table), and the FedSUM seed text §2.1 / Appendix H.8.
+Sources: the FedSUM paper (§2.1 Cases 1–4, §2.2 delay metrics, §5 and App. H.2 P1–P3, App. H.8
+biased sampling) and, for the constants it lost, the FedAWE/FedAU code it builds on
+(``mingxiang12/FedAWE``: label-mix ``p_i`` and the ``fluctuate`` schedules). Notes:
+``docs/algorithms/world.md#fedsum-participation-patterns``.
 
 * ``p1_uniform`` — P1 / Case 1: exactly ``m`` of ``n`` clients, uniformly, every round.
 * ``p2_bernoulli`` — P2: independent Bernoulli(p_i), p_i from the label-mix rule.
@@ -45,7 +46,7 @@ RESHUFFLE_PURPOSE = "availability/reshuffle"
 
 def label_mix_probabilities(label_hist: np.ndarray, seed: int, first_half_max: float = 1.0,
                             second_half_max: float = 0.5) -> np.ndarray:
-    """The FedAU/FedAWE code's ``p_i = Σ_c q_{i,c} u_c`` (spec §1.3).
+    """The FedAU/FedAWE code's ``p_i = Σ_c q_{i,c} u_c`` (FedSUM's P2 probabilities, reconstructed).
 
     ``u_c ~ U(0, first_half_max)`` for the first half of the classes and ``U(0, second_half_max)``
     for the second half; ``q_{i,c}`` is client ``i``'s training-label proportion. With an odd
@@ -124,7 +125,7 @@ class P3Sine(_LabelMixBernoulli):
     """FedSUM P3: p_i^t = clip(p_i·(a·sin(2πt/period) + b), 0, 1) over the label-mix p_i.
 
     The seed's constants were lost; the defaults a = 0.3, b = 0.7, period = 20 are the FedAWE code's
-    ``fluctuate = 1`` (spec §1.3), so ``p3_sine`` with defaults equals ``fedawe`` with ``fluctuate: 1``.
+    ``fluctuate = 1`` (our reconstruction), so ``p3_sine`` with defaults equals ``fedawe`` with ``fluctuate: 1``.
     """
 
     class Config(_LabelMixOptions):
@@ -224,7 +225,7 @@ class Cyclic(Availability):
 
     Blocks are consecutive runs of ``m`` clients of the order; when ``m`` does not divide ``n`` the
     last block of each cycle holds the remaining ``n − (⌈n/m⌉ − 1)·m`` clients, so every client is
-    available exactly once per cycle of ``⌈n/m⌉`` rounds and τ_max = ⌈n/m⌉ − 1 (spec §1.1: n/m − 1).
+    available exactly once per cycle of ``⌈n/m⌉`` rounds and τ_max = ⌈n/m⌉ − 1 (FedSUM Eq. (4), our convention).
     ``order: index`` uses client ids 0..n−1; ``order: random`` one permutation drawn once per seed.
     """
 
@@ -258,7 +259,8 @@ class ReshuffledCyclic(Availability):
     Epoch ``e = ⌊t / ⌈n/m⌉⌋`` uses the permutation ``stream(seed, "availability/reshuffle", e)``;
     round ``t`` makes its block ``t mod ⌈n/m⌉`` available (the last block is short when ``m`` does
     not divide ``n``). Every client is available exactly once per epoch, so two consecutive
-    availabilities are at most ``2⌈n/m⌉ − 1`` rounds apart and τ_max ≤ 2⌈n/m⌉ − 2 (spec §1.1).
+    availabilities are at most ``2⌈n/m⌉ − 1`` rounds apart and τ_max ≤ 2⌈n/m⌉ − 2
+    (``docs/algorithms/fedsum.md#delay-metrics``).
     """
 
     class Config(_BlockOptions):

@@ -22,7 +22,7 @@ Lookup (``lookup``):
 * ``exact`` (default): the interval test itself, answered by binary search / an incremental
   sweep over the trace (:class:`turnout.traces.AvailabilityTrace`). The sweep's index (8 bytes
   per interval) is built with the model, so round times stay steady from the first round.
-* ``fedscale_pointer``: FedScale's stateful emulation (spec §7.3): each client keeps a pointer
+* ``fedscale_pointer``: FedScale's stateful emulation (``docs/algorithms/world.md#traces``): each client keeps a pointer
   ``j`` that advances by at most one per query when ``tau > inactive[j]`` (wrapping modulo the
   interval count) and never moves back; the client is active iff
   ``active[j] <= tau <= inactive[j]``. It agrees with ``exact`` while the simulated clock moves

@@ -18,7 +18,7 @@ from .sparse import ACCOUNTING_HELP, code_download_bytes, index_bytes
 class APF(Compressor):
     """APF: every F_c rounds freeze stable coordinates (effective perturbation < θ) for an additively growing period.
 
-    Spec ``seed-algorithms.md`` §3.7 (``TCtower/GlueFL``, ``fl_method: APF``; Chen et al. 2021). All
+    Notes: ``docs/algorithms/baselines.md#apf`` (``TCtower/GlueFL``, ``fl_method: APF``; Chen et al. 2021). All
     coordinates start active. Clients zero their frozen coordinates (the mask of the previous
     round), so uploads carry only active values at positions the server already knows, and the
     server leaves frozen coordinates unchanged (it also zeroes them in the model change, so an

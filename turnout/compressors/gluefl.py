@@ -15,8 +15,9 @@ from .sparse import ACCOUNTING_HELP, SCOPE_HELP, SparsifierBase
 class GlueFLMaskShifting(SparsifierBase):
     """GlueFL mask shifting: shared mask + unique top-k, mask regeneration every I rounds, re-scaled error compensation.
 
-    Spec ``seed-algorithms.md`` §3.4–3.6, seed §3.2–3.3 and App. E. With the ``sticky`` selector this
-    is GlueFL; alone it works with any selector and any algorithm that uploads model deltas.
+    GlueFL §3.2–3.3, Algorithm 3, Eqs. (5)–(7) and App. E; notes: ``docs/algorithms/gluefl.md#mask-shifting``.
+    With the ``sticky`` selector this is GlueFL; alone it works with any selector and any algorithm that
+    uploads model deltas.
 
     - **Client** (per tensor, ``k = max(1, ⌊q·numel⌋)``): on a regeneration round plain top-q; otherwise
       every position of the shared mask M plus the largest positions outside M, q in total.

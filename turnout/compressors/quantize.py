@@ -46,7 +46,7 @@ def quantize(x: torch.Tensor, noise: torch.Tensor | None, bits: int, scheme: str
 class Quantize(Compressor):
     """8-bit quantisation of uploads (min–max or QSGD levels, stochastic or nearest rounding); downloads optional.
 
-    Adaptive-OU (seed §5, Fig. 3) compresses the model to 8 bits and shows that neither it nor
+    Adaptive-OU (§4.3.3, Fig. 3) compresses the model to 8 bits and shows that neither it nor
     FedAvg is much affected; the seed names no scheme, so ``minmax`` (2^b levels between each
     tensor's min and max, two float32 per tensor) with unbiased stochastic rounding is the default
     and ``qsgd`` (sign + (b−1)-bit level of |x|/‖x‖₂, one float32 per tensor) the alternative.
@@ -54,7 +54,7 @@ class Quantize(Compressor):
     ``⌈D·b/8⌉`` bytes plus the per-tensor scales. With ``downlink: true`` the server's model change
     is quantised too and a download costs ``⌈lacking·b/8⌉`` + the cheaper of indices and bitmap +
     scales (a client that missed several rounds is assumed to receive its missing coordinates
-    quantised and reconstruct the global model exactly, the accounting device of GlueFL §3.4).
+    quantised and reconstruct the global model exactly, the accounting device of GlueFL's code).
     """
 
     class Config(StrictModel):

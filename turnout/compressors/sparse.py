@@ -6,7 +6,7 @@ constructor keyword ``layout`` (a list of sizes summing to ``dim``); without it 
 one tensor, i.e. per-tensor and global top-k coincide.
 
 **Cohort information.** Re-scaled error compensation (GlueFL eq. 7) needs each client's
-aggregation weight ν_i and, for the spec's reload rule, whether it was sampled as sticky. The engine
+aggregation weight ν_i and, for the code's reload rule, whether it was sampled as sticky. The engine
 hands both over through :meth:`SparsifierBase.begin_round` (see :class:`CohortMemory`); when it does
 not, every client of a round gets ν = 1/k and counts as not sticky.
 
@@ -18,8 +18,8 @@ built without one (unit tests). Re-scaled residuals are stored as ``h̃ = ν·h`
 **Wire sizes** (bytes; float32 values, int32 indices): see :func:`index_bytes`, :func:`upload_bytes`
 and :func:`download_bytes_for`. Two accountings: ``exact`` (values + the cheaper of indices and a
 bitmap, only for positions the receiver does not already know; the shared-mask broadcast priced
-separately) and ``gluefl_code`` (the formulas of ``TCtower/GlueFL``, spec §3.6, for faithful
-reproduction of its bandwidth numbers).
+separately) and ``gluefl_code`` (the formulas of ``TCtower/GlueFL``, for faithful reproduction of
+its bandwidth numbers; ``docs/algorithms/gluefl.md#bandwidth-accounting``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from .base import INDEX_BYTES, VALUE_BYTES, Compressor, sparse_bytes
 Accounting = Literal["exact", "gluefl_code"]
 ACCOUNTING_HELP = ("exact: values + the cheaper of int32 indices and a bitmap (positions the receiver already "
                    "knows cost nothing; the shared-mask broadcast is priced); gluefl_code: the byte formulas of "
-                   "TCtower/GlueFL (spec §3.6), for reproducing its bandwidth numbers")
+                   "TCtower/GlueFL, for reproducing its bandwidth numbers")
 SCOPE_HELP = ("tensor: k = max(1, ⌊q·numel⌋) per parameter tensor (GlueFL/STC as coded; needs the model layout "
               "from the engine, else the whole vector counts as one tensor); global: one top-k over the whole vector")
 

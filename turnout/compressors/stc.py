@@ -15,7 +15,7 @@ from .sparse import ACCOUNTING_HELP, SCOPE_HELP, SparsifierBase
 class STC(SparsifierBase):
     """STC: client top-q and server top-q of the aggregate (per tensor); ternarisation and error feedback as options.
 
-    Spec ``seed-algorithms.md`` §3.7 (``TCtower/GlueFL``, ``fl_method: STC``): each client keeps the
+    Notes: ``docs/algorithms/baselines.md#stc`` (``TCtower/GlueFL``, ``fl_method: STC``): each client keeps the
     ``max(1, ⌊q·numel⌋)`` largest coordinates of every tensor of its update, the server keeps as many
     of the weighted aggregate, and clients download the union of the server supports they missed.
     The code's baseline drops STC's ternarisation (Sattler et al. 2019), as does the GlueFL paper:

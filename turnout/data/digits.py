@@ -2,7 +2,7 @@
 
 ``load_digits()`` reads a 57 KB file shipped inside the scikit-learn wheel, so this dataset needs
 no download and builds in milliseconds, which makes it the image fixture for unit tests and quick
-experiments. It has no writer ids (spec ``datasets-traces.md`` §1.2), so clients come from a
+experiments. It has no writer ids (the bundled copy of the UCI set does not carry them), so clients come from a
 partitioner via :func:`~turnout.data.pooled.split_pool`; a random ``server_test_fraction`` of the
 1,797 images is held out first as the server test set.
 """

@@ -1,7 +1,7 @@
 """IDX files (the MNIST format) and the two datasets stored in it: Fashion-MNIST and MNIST.
 
-Fashion-MNIST ships offline in the Debian package ``dataset-fashion-mnist`` (spec
-``datasets-traces.md`` §1.1); MNIST is in no package, so users point ``data.path`` at their own
+Fashion-MNIST ships offline in the Debian package ``dataset-fashion-mnist`` (Zalando's original
+IDX files); MNIST is in no package, so users point ``data.path`` at their own
 copy. Both are four IDX files, gzipped or not. A missing file is reported when the config is
 validated, with how to get it, rather than as a crash when the run starts.
 

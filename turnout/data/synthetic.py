@@ -12,8 +12,9 @@ Gaussian feature distribution; its labels are ``y = argmax(x @ W_k + b_k)``.
 * ``iid=True`` shares one global model and uses feature means ``v_k = B_k·1`` (FedProx) or
   ``0`` (FedGS), so ``α=β=0`` is *not* IID, while ``iid`` is.
 
-Two variants reproduce the two published generators draw for draw (spec
-``datasets-traces.md`` §2.1 / §2.2): ``fedprox`` (FedProx, MLSys 2020; 90 %/10 % train/test after a
+Two variants reproduce the two published generators draw for draw (``litian96/FedProx``
+``generate_synthetic.py`` and ``WwZzz/FedGS`` ``benchmark/synthetic_regression/core.py``;
+``docs/algorithms/world.md#datasets``): ``fedprox`` (FedProx, MLSys 2020; 90 %/10 % train/test after a
 per-user shuffle) and ``fedgs`` (FedGS / easyFL ``dist_id=10``; seeded ``RandomState(97+seed)``;
 75 % train / 15 % valid / 10 % test, no shuffle). Both store the clients' optimal models.
 """

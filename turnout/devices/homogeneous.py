@@ -1,6 +1,6 @@
 """Identical devices: the simple default, already giving real seconds and bytes.
 
-Defaults are the medians of FLASH's measured phone speeds (``shared/traces/flash/speed_distri.json``:
+Defaults are the medians of FLASH's measured phone speeds (``turnout/devices/data/flash/speed_distri.json``:
 download 4,318 KB/s, upload 3,286 KB/s) and FedScale's mean compute cost of 5 ms per sample.
 """
 

@@ -1,30 +1,32 @@
 """Deadline rounds: aggregate what arrives within ``deadline_s``; later arrivals are kept as late reports.
 
-Follows REFL's "DL" mode (seed-algorithms.md §6.1, ``exp_type = 0``; §7.3 "Deadline round"):
-no over-commitment; the clients that deliver within the deadline ``d`` are collected in completion
-order; the clock advances by ``d``. Clients that miss the deadline but do not drop out are the
-stragglers of REFL's SAA (§6.4): they keep training from the model they downloaded and are flagged
-``late`` so that an engine / algorithm that uses stale updates can apply them in a later round
-(physically consistent staleness, §6.4 default). Whether a late report is eventually used — and
-so whether its client-seconds count as wasted — is the engine's business, not the round mode's.
+Follows REFL's "DL" mode (REFL §5.1, the code's ``exp_type = 0``; notes:
+``docs/algorithms/world.md#deadline-rounds``): no over-commitment; the clients that deliver within
+the deadline ``d`` are collected in completion order; the clock advances by ``d``. Clients that miss
+the deadline but do not drop out are the stragglers of REFL's SAA (REFL §4.2): they keep training
+from the model they downloaded and are flagged ``late`` so that an engine / algorithm that uses
+stale updates can apply them in a later round (physically consistent staleness,
+``docs/algorithms/world.md#late-reports``). Whether a late report is eventually used — and so
+whether its client-seconds count as wasted — is the engine's business, not the round mode's.
 
 Choices and deviations:
 
 - ``max_reports``: REFL collects the on-time clients "up to N_t" (``target``); since DL launches
   exactly K clients this only matters when a selector launches more than K (e.g. the SAFA
-  emulation of §6.7, which launches every online client). Default ``all``; on-time reports beyond
-  the cap are handled like late ones (REFL puts them into the straggler cache, §6.4).
+  emulation, ``baselines.md#safa``, which launches every online client). Default ``all``; on-time reports beyond
+  the cap are handled like late ones (REFL's code puts them into its straggler cache).
 - ``advance``: REFL advances the clock by ``d`` (``deadline``). ``last_arrival`` closes earlier
   when the server can know nothing more will be aggregated: once every launched client has
   delivered or gone offline, or — with ``max_reports: target`` — once K reports are in; never
   later than ``d``. This is the physically consistent version of REFL's ``last_worker`` flag.
-- The moving-average duration μ_t of §6.1 is *not* the round duration here: REFL only logs μ_t
+- The moving-average duration μ_t of REFL §4.1 is *not* the round duration here: REFL only logs μ_t
   (its clock still advances by ``d``), and μ_t as the availability / stale window belongs to the
   selector and the engine. ``duration_s`` is always the clock advance.
-- ``min_reports``: §6.1 [QUIRK] — the REFL code never fails a round (``round_update = True``) even
-  though the paper aborts rounds below target. Default 0 follows the code; with ``min_reports > 0``
-  a round that aggregates fewer reports fails: nothing is aggregated, the on-time work is wasted,
-  late clients are still flagged late (they keep training and may be used in a later round).
+- ``min_reports``: [QUIRK] — the REFL code never fails a round (``round_update = True``) even
+  though the paper aborts rounds below target (REFL §2.1). Default 0 follows the code; with
+  ``min_reports > 0`` a round that aggregates fewer reports fails: nothing is aggregated, the on-time
+  work is wasted, late clients are still flagged late (they keep training and may be used in a later
+  round).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ class DeadlineConfig(StrictModel):
                               description="round deadline d in simulated seconds (REFL: 100; 300 for NLP)")
     keep_late: bool = Field(
         True, description="true: clients that miss the deadline but do not drop out keep training and are "
-                          "flagged late (stale reports for a later round, REFL SAA §6.4); false: the server "
+                          "flagged late (stale reports for a later round, REFL's SAA); false: the server "
                           "cuts them at the close and their work is wasted")
     max_reports: Literal["target", "all"] = Field(
         "all", description="all: aggregate every on-time report; target: at most K, in completion order "
@@ -73,14 +75,14 @@ class Deadline(RoundMode):
 
         survives = finish_s <= dropped_at_s
         until_gone = np.minimum(finish_s, dropped_at_s)
-        on_time = survives & (finish_s <= d)  # §6.1 DL step 2: completion ≤ d
+        on_time = survives & (finish_s <= d)  # REFL DL: completion ≤ d
         cap = max(int(target), 0) if c.max_reports == "target" else n
         aggregated = first_to_deliver(finish_s, on_time, cap)  # completion order, ties by cohort index
 
         if n == 0:
             duration = 0.0
         elif c.advance == "deadline":
-            duration = d  # §6.1 DL step 3: clock += d
+            duration = d  # REFL DL: clock += d
         elif c.max_reports == "target" and cap > 0 and int(aggregated.sum()) >= cap:
             duration = float(finish_s[aggregated].max())  # K reports in: nothing more will be aggregated
         else:
@@ -88,7 +90,7 @@ class Deadline(RoundMode):
 
         failed = int(aggregated.sum()) < c.min_reports
         if failed:
-            aggregated = np.zeros(n, dtype=bool)  # §6.1 optional failure rule: aggregate nothing
+            aggregated = np.zeros(n, dtype=bool)  # optional failure rule (min_reports): aggregate nothing
 
         if c.keep_late:
             # Survivors not aggregated keep working to the end and are kept for later — except, in a

@@ -1,7 +1,8 @@
 """Over-commitment: launch more clients than needed and close the round at the K-th report.
 
-Follows the FedScale / GlueFL ``tictak_client_tasks`` round (seed-algorithms.md §7.3), which is
-also REFL's "OC" mode (§6.1, ``exp_type = 1``) and the over-commitment step of GlueFL (§3.2):
+Follows the FedScale / GlueFL ``tictak_client_tasks`` round (notes:
+``docs/algorithms/world.md#over-commitment``), which is also REFL's "OC" mode (REFL §5.1, the code's
+``exp_type = 1``) and the over-commitment step of GlueFL (GlueFL §5.1, App. F):
 
 1. launch ``ceil(oc·K)`` clients (``rounding: round`` gives FedScale's ``round(K·oc)``);
 2. a client "survives" if it delivers before it goes offline (``finish_s <= dropped_at_s``);
@@ -11,12 +12,12 @@ also REFL's "OC" mode (§6.1, ``exp_type = 1``) and the over-commitment step of 
 
 Deviations, each documented where the code makes it:
 
-- FedScale learns of dropouts from an oracle before the round starts (§7.3: "lost if not active at
-  clock + c_i"), so when fewer than K clients survive its round lasts only until the last survivor
-  delivers. Here the server learns of a dropout only when it happens, so in that case the round
-  lasts until the last survivor has delivered *and* every dropped client has gone offline, i.e. the
-  largest busy time (the same rule as ``wait_all``).
-- ``keep_stragglers: true`` turns REFL's stale-update buffering (§6.4) on for this mode: stragglers
+- FedScale learns of dropouts from an oracle before the round starts (a sampled client is "lost"
+  if not active at clock + its completion time), so when fewer than K clients survive its round
+  lasts only until the last survivor delivers. Here the server learns of a dropout only when it
+  happens, so in that case the round lasts until the last survivor has delivered *and* every
+  dropped client has gone offline, i.e. the largest busy time (the same rule as ``wait_all``).
+- ``keep_stragglers: true`` turns REFL's stale-update buffering (REFL §4.2) on for this mode: stragglers
   that will still deliver keep training and are flagged ``late`` instead of being discarded.
 """
 
@@ -43,7 +44,7 @@ class OverCommitConfig(StrictModel):
     keep_stragglers: bool = Field(
         False, description="false: stragglers are discarded at the close and their work is wasted (FedScale); "
                            "true: stragglers that will still deliver keep training and are kept as late "
-                           "(stale) reports for a later round (REFL's SAA, spec §6.4)")
+                           "(stale) reports for a later round (REFL's SAA)")
 
 
 def first_to_deliver(finish_s: np.ndarray, candidates: np.ndarray, k: int) -> np.ndarray:
@@ -76,17 +77,17 @@ class OverCommit(RoundMode):
             empty = np.zeros(0, dtype=bool)
             return RoundClose(aggregated=empty, late=empty.copy(), duration_s=0.0, busy_s=np.zeros(0))
 
-        survives = finish_s <= dropped_at_s  # delivers before going offline (§7.3 "lost" otherwise)
+        survives = finish_s <= dropped_at_s  # delivers before going offline (FedScale's "lost" otherwise)
         until_gone = np.minimum(finish_s, dropped_at_s)  # when the server hears a report or loses the client
         k = max(int(target), 0)
         aggregated = first_to_deliver(finish_s, survives, k)
         if k > 0 and int(survives.sum()) >= k:
-            # §7.3 / §6.1 OC step 5: the round lasts until the K-th fastest survivor delivers.
+            # FedScale / REFL OC: the round lasts until the K-th fastest survivor delivers.
             duration = float(finish_s[aggregated].max())
         elif k == 0:
             duration = 0.0
         else:
-            # Fewer than K survivors: everything that survives is aggregated. Deviation from §7.3 (see
+            # Fewer than K survivors: everything that survives is aggregated. Deviation from FedScale (see
             # the module docstring): the server waits until it has heard from, or lost, every client.
             duration = float(until_gone.max())
 

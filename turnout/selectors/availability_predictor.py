@@ -1,4 +1,4 @@
-"""Availability predictors for REFL's Intelligent Participant Selection (spec §6.2).
+"""Availability predictors for REFL's Intelligent Participant Selection (REFL §4.1, Algorithm 1).
 
 IPS ranks the online clients by a predicted probability of being available in the look-ahead
 window ``[t + w, t + 2w]`` (``w`` = the moving-average round duration μ_t, i.e. "during the next
@@ -12,7 +12,8 @@ round"). A predictor answers that question for a set of clients; two are provide
   otherwise ``available(round + 1, s)`` at ``samples`` evenly spread instants ``s`` of the window,
   averaged (round-indexed models answer for the next round, time-indexed ones for ``s``).
 
-  ``rule: refl_code`` reproduces the code's binary priority instead (§6.2 "Code"): a client is a
+  ``rule: refl_code`` reproduces the code's binary priority instead
+  (``docs/algorithms/refl.md#least-available-first``): a client is a
   priority client iff it is online for the whole ``[t, t + w]`` and *not* for the whole
   ``[t + w, t + 2w]``; priority clients get probability 0 and the rest 1, so the ascending sort of
   IPS takes every priority client first and fills the rest at random — exactly the code's

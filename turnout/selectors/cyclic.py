@@ -1,9 +1,10 @@
 """Cyclic selectors: blocks of K clients in turn (FedSUM Case 3) or reshuffled every epoch (Case 4).
 
-Spec ``seed-algorithms.md`` §1.1 and §1.3 ("Cases 1–4"; §2.1 labels, not Appendix F's swapped
-ones): Case 3 walks a fixed order of the clients in consecutive blocks of ``m``; Case 4 reshuffles
-the order every epoch and then walks it in blocks. Here they are *selectors* choosing from the
-available set (``turnout.availability`` has the same patterns as availability models).
+FedSUM §2.1 ("Cases 1–4"; §2.1's labels, not Appendix F's swapped ones; notes:
+``docs/algorithms/baselines.md#cyclic-participation``): Case 3 walks a fixed order of the clients
+in consecutive blocks of ``m``; Case 4 reshuffles the order every epoch and then walks it in
+blocks. Here they are *selectors* choosing from the available set (``turnout.availability`` has
+the same patterns as availability models).
 
 Block schedule, a pure function of the round (so resuming needs no state):
 
@@ -15,7 +16,7 @@ Block schedule, a pure function of the round (so resuming needs no state):
   ``stream(seed, "selector/reshuffle", e)``.
 
 With everyone available, every client runs exactly once per epoch, so τ_max = ⌈N/K⌉ − 1 for
-``cyclic`` and ≤ 2⌈N/K⌉ − 2 for ``reshuffled_cyclic`` (spec §1.1).
+``cyclic`` and ≤ 2⌈N/K⌉ − 2 for ``reshuffled_cyclic`` (``docs/algorithms/fedsum.md#delay-metrics``).
 
 Availability and over-commitment (our choices; the seed assumes full availability): the block's
 available members are launched. With ``fill: true`` (default) the cohort is topped up with

@@ -3,7 +3,7 @@
 Each round FedGS picks ``M = min(N_a, K)`` of the ``N_a`` available clients to (a) keep the
 per-client sampling counts balanced (low variance of the counts ``v``) and (b) keep the cohort
 spread out on the 3DG, a graph whose shortest-path distances say how different two clients'
-data are (spec ``seed-algorithms.md`` §5.2–5.3; ``WwZzz/FedGS`` ``algorithm/*_fedgs.py``):
+data are (FedGS Eqs. (10)–(17); ``WwZzz/FedGS`` ``algorithm/*_fedgs.py``; ``docs/algorithms/fedgs.md``):
 
     maximise  Σ_i d_i s_i + α·2/(M(M−1)) Σ_{i<j} H_ij s_i s_j   s.t.  Σ s = M,  s ∈ {0,1}^{N_a}
 
@@ -17,7 +17,7 @@ data are (spec ``seed-algorithms.md`` §5.2–5.3; ``WwZzz/FedGS`` ``algorithm/*
   through the read-only model view the world context carries (``world.model``: forward pass,
   server inputs, current global parameters).
 
-Design decisions where the spec leaves room are written next to the code they concern and
+Design decisions where paper and code leave room are written next to the code they concern and
 summarised in :class:`FedGS`.
 """
 
@@ -47,11 +47,12 @@ NOISE_PURPOSE = "fedgs/noise"
 class FedGS(Selector):
     """FedGS: balance per-client sampling counts while keeping the cohort far apart on a data-similarity graph (3DG).
 
-    Decisions (spec §5.2–5.3; [QUIRK]/[AMBIG] defaults followed unless noted):
+    Decisions (``docs/algorithms/fedgs.md#selection-problem``; the code's choices followed unless noted):
 
-    * Edge rule ``exp(−V²/σ)`` for ``V > ε`` with the code's ``ε = 0.01``, ``σ = 0.1`` ([AMBIG]
-      default); similarity normalised as the code does (zero diagonal inside the min/max).
-    * Balancing term with ``M/N_a`` ([QUIRK] default; it never changes the choice).
+    * Edge rule ``exp(−V²/σ)`` for ``V > ε`` with the code's ``ε = 0.01``, ``σ = 0.1`` (the paper
+      writes ``exp(−V/σ²)``, ``ε = 0.1``, ``σ² = 0.01``); similarity normalised as the code does (zero
+      diagonal inside the min/max).
+    * Balancing term with the code's ``M/N_a`` (the paper's is ``M/N``; it never changes the choice).
     * ``α`` defaults to 1.0 (the paper's Fig. 4 value, in its grid {0, 0.5, 1, 2, 5}); the code's
       unused ``algo_para`` default is 0.1.
     * ``M = min(N_a, launch)``: under over-commitment FedGS picks all ``launch`` clients with one

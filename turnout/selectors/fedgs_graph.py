@@ -1,7 +1,7 @@
 """FedGS's 3DG (data-distribution-dependency graph) and its shortest-path distance matrix.
 
-Pipeline (spec ``seed-algorithms.md`` §5.2, checked against ``WwZzz/FedGS``
-``algorithm/oracle_fedgs.py``; every feature type goes through the same steps):
+Pipeline (FedGS §3.2, Eqs. (10)–(12), as coded in ``WwZzz/FedGS`` ``algorithm/oracle_fedgs.py``;
+``docs/algorithms/fedgs.md#3dg-construction``; every feature type goes through the same steps):
 
 1. features ``u_i`` (one row per client): oracle label proportions or the synthetic task's local
    optima, the mean output logits of each client's round-0 model on Gaussian noise
@@ -75,8 +75,8 @@ def normalised_similarity(sim: np.ndarray) -> np.ndarray:
 def adjacency(sim01: np.ndarray, epsilon: float = DEFAULT_EPSILON, sigma: float = DEFAULT_SIGMA) -> np.ndarray:
     """Edge lengths ``exp(−V² / σ)`` where ``V > ε``, ``inf`` (no edge) elsewhere, 0 on the diagonal.
 
-    This is the FedGS code's rule; the paper writes ``exp(−V / σ²)`` with ``V ≥ ε`` (spec §5.2.3
-    [AMBIG], default: the code, ``ε = 0.01``, ``σ = 0.1``). Similar clients are joined by short
+    This is the FedGS code's rule; the paper writes ``exp(−V / σ²)`` with ``V ≥ ε`` (the edge rule
+    after its Eq. (10); default: the code, ``ε = 0.01``, ``σ = 0.1``). Similar clients are joined by short
     edges, dissimilar ones (``V ≤ ε``) are not joined at all.
     """
     v = np.asarray(sim01, dtype=np.float64)
@@ -146,7 +146,7 @@ def noise_inputs(reference: torch.Tensor, generator: torch.Generator, batch: int
 
     The FedGS code takes the first test batch (128 rows) and draws
     ``normal(mean(batch), std(batch), batch.shape)``; the paper speaks of the mean and covariance
-    of a server validation set (spec §5.2.5) — we follow the code.
+    of a server validation set (FedGS §3.2, Eq. (12)) — we follow the code.
     """
     ref = torch.as_tensor(reference)[:batch].to(torch.float32)
     mean = float(ref.mean()) if ref.numel() else 0.0

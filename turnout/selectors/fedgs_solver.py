@@ -1,4 +1,4 @@
-"""FedGS's per-round selection problem (spec §5.3) and two Gurobi-free solvers.
+"""FedGS's per-round selection problem (FedGS Eqs. (14)–(17), in its code's form) and two Gurobi-free solvers.
 
 Over the ``n = N_a`` available clients, with ``s ∈ {0,1}^n`` and ``Σ s = M``, FedGS maximises
 

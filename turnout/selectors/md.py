@@ -1,9 +1,9 @@
 """MD sampling (FedProx / FedGS ``MDSample``): draws with replacement ∝ n_k, uniform average over the draws.
 
-Spec ``seed-algorithms.md`` §5.4 (``WwZzz/FedGS`` ``algorithm/mdsample.py``): ``m`` draws with
-replacement from the available clients, client ``k`` drawn with probability ``n_k / Σ_{avail} n``;
-each distinct client trains once and the server takes the uniform average over the *draws*
-(duplicates counted). Since every draw of one client carries the same update, a client drawn
+Notes: ``docs/algorithms/baselines.md#md-sampling`` (``WwZzz/FedGS`` ``algorithm/mdsample.py``):
+``m`` draws with replacement from the available clients, client ``k`` drawn with probability
+``n_k / Σ_{avail} n``; each distinct client trains once and the server takes the uniform average
+over the *draws* (duplicates counted). Since every draw of one client carries the same update, a client drawn
 ``c_k`` times gets aggregation weight ``c_k``; with ``normalize: true`` (default) the server divides
 by the draws whose reports arrive, so a full round gives ``(1/m) Σ_draws Δ``, an unbiased estimate
 of ``Σ_k p_k Δ_k`` (FedProx's MD scheme, with ``p_k`` the data share among the available clients).

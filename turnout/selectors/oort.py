@@ -1,6 +1,6 @@
 """Oort's training selector (Lai et al., OSDI 2021), as used by FedScale and REFL.
 
-Spec ``seed-algorithms.md`` §6.6 (``thirdparty/oort/oort.py`` in ``ahmedcs/REFL``). All state is
+Notes: ``docs/algorithms/baselines.md#oort`` (``thirdparty/oort/oort.py`` in ``ahmedcs/REFL``). All state is
 struct-of-arrays over the population; one selection is a few vector passes over the available set.
 
 **Utility.** After a client runs, its statistical utility is ``reward_i = |B_i|·ℓ_i`` with
@@ -115,7 +115,7 @@ class OortSelector(Selector):
         pacer_step: int = Field(20, ge=1, description="rounds per pacer window")
         pacer_delta: float = Field(5.0, ge=0.0, le=100.0, description="pacer's change of round_threshold")
         clip_bound: float = Field(0.95, ge=0.0, le=1.0,
-                                  description="rewards are clipped at this percentile (spec: 95th; REFL's parser: 0.9)")
+                                  description="rewards are clipped at this percentile (Oort: 95th; REFL's parser: 0.9)")
         cut_off_util: float = Field(0.05, ge=0.0, le=1.0,
                                     description="exploit candidates stop below this share of the exploitLen-th score")
         sample_window: float = Field(5.0, ge=1.0, description="explore among the top sample_window × exploreLen")

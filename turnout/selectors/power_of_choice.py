@@ -1,8 +1,8 @@
 """Power-of-Choice: biased selection towards clients with high local loss, in three published versions.
 
-Spec ``seed-algorithms.md`` §4.2 and §5.4. ``variant`` picks the version:
+Notes: ``docs/algorithms/baselines.md#power-of-choice``. ``variant`` picks the version:
 
-``cho`` — Cho, Wang & Joshi (2020/22) [PAPER, recalled]:
+``cho`` — Cho, Wang & Joshi (2020/22; arXiv:2010.01243, as described in the paper):
   1. a candidate set ``A`` of ``d`` clients is drawn from the available ones **without
      replacement, ∝ n_k** (sequential weighted sampling, implemented with Efraimidis–Spirakis keys
      ``log(u)/n_k`` so it is one vectorised pass over the population);
@@ -16,14 +16,15 @@ Spec ``seed-algorithms.md`` §4.2 and §5.4. ``variant`` picks the version:
   linearly to ``d_end`` over the run (the paper's "d may be decayed"). ``d`` is raised to the
   launch count when the round mode over-commits past it.
 
-``fedgs`` — the ``WwZzz/FedGS`` baseline (§5.4): the loss of the global model on **every**
-  available client (``d = N_a``, no candidate sampling), the top ``min(m, N_a)`` train, uniform
-  average. [Deviation] FedGS evaluates each client's *validation* split; ``ctx.probe_loss`` only
-  evaluates training data (and ``world.extras`` carries no validation split for our datasets), so
-  the loss is measured on the client's full training data. FLGo's indexing [QUIRK] (§5.4) does not
-  arise: we always index the candidate set.
+``fedgs`` — the ``WwZzz/FedGS`` baseline (FedGS §4.1, ``algorithm/powerofchoice.py``): the loss of
+  the global model on **every** available client (``d = N_a``, no candidate sampling), the top
+  ``min(m, N_a)`` train, uniform average. [Deviation] FedGS evaluates each client's *validation*
+  split; ``ctx.probe_loss`` only evaluates training data (and ``world.extras`` carries no validation
+  split for our datasets), so the loss is measured on the client's full training data. FLGo's
+  indexing [QUIRK] (``flgo/algorithm/powerofchoice.py``) does not arise: we always index the
+  candidate set.
 
-``adaptive_ou`` — the ``mriberodiaz/selection_ou_weights`` baseline (§4.2, ``--loss=True``):
+``adaptive_ou`` — the ``mriberodiaz/selection_ou_weights`` baseline (Adaptive-OU §4.2, §4.3.4; ``--loss=True``):
   ``clients_per_round`` clients are sampled uniformly and **all train**; the server ranks them by
   their reported training loss and the top ``keep`` (the code's ``effective_num_clients``, default
   ⌈K/2⌉ = the code's 5 of 10) keep weight ``n_k``, the rest get weight 0; aggregation is the
@@ -31,7 +32,7 @@ Spec ``seed-algorithms.md`` §4.2 and §5.4. ``variant`` picks the version:
   mean loss × samples processed); ``mean`` ranks by the mean. The ranking needs the losses of the
   round being aggregated, so it happens in :meth:`PowerOfChoiceSelector.settle_weights`, which the
   engine calls between the round's close and aggregation.
-  ``rank_by: probe`` is the paper's reading ("loss at the beginning of a round", spec [AMBIG]):
+  ``rank_by: probe`` is the paper's reading ("loss at the beginning of a round", Adaptive-OU §4.2):
   the sampled clients' losses are probed before training and the ranking is fixed at selection.
   Non-finite training losses (non-finite updates) get weight 0, as in the code.
 

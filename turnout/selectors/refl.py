@@ -1,22 +1,22 @@
 """REFL's Intelligent Participant Selection (IPS) with the Adaptive Participant Target (APT).
 
-Spec ``seed-algorithms.md`` §6.2–6.3 (REFL / "RELAY", Abdelmoniem et al., EuroSys 2023, as coded in
-``ahmedcs/REFL``). One round:
+REFL §4.1 and Algorithm 1 (REFL / "RELAY", Abdelmoniem et al., EuroSys 2023, as coded in
+``ahmedcs/REFL``; notes: ``docs/algorithms/refl.md``). One round:
 
 1. **Window.** ``w`` = the moving-average round duration μ_t, which the selector keeps from the
    round durations it observes: μ_t = (1 − α)·D_{t−1} + α·μ_{t−1} with α = 0.25 and μ = D_0 after
    the first round (REFL's ``update_moving_avg``); or ``window_s`` when set (the code uses the fixed
    deadline ``d`` in DL mode); ``initial_window_s`` before any round has closed (the code's
    ``initial_deadline``, 1000 s).
-2. **APT** (§6.3). ``B_t`` = late reports in flight that reach the server by ``t + w``
-   (``ctx.pending_arrival_s``). ``paper``: ``N_t = max(1, N_0 − B_t)`` (the spec's [AMBIG] default);
+2. **APT** (REFL §4.1). ``B_t`` = late reports in flight that reach the server by ``t + w``
+   (``ctx.pending_arrival_s``). ``paper``: ``N_t = max(1, N_0 − B_t)`` (the paper's rule);
    ``capped``: the code's ``adapt_selection = 1``, ``N_t = max(⌊cap·N_0⌋, N_0 − B_t)`` (cap 0.5);
-   ``off``: ``N_t = N_0``. Under over-commitment the launch count keeps its ratio to the target:
+   ``off`` (default): ``N_t = N_0``. Under over-commitment the launch count keeps its ratio to the target:
    ``launch_t = ⌈launch·N_t/N_0⌉`` (the code applies the rule to the over-committed count directly).
-3. **Pool.** The available clients minus those with a pending late report (§6.2, always removed;
+3. **Pool.** The available clients minus those with a pending late report (as in the code, always removed;
    the engine already drops busy clients from ``ctx.available``) minus those that ran within the
    last ``cooldown_rounds`` rounds (``prohibit_reselect = 5``).
-4. **Least-available first** (§6.2 paper, Algorithm 1). Each pool client's probability of being
+4. **Least-available first** (REFL §4.1, Algorithm 1). Each pool client's probability of being
    available in ``[t + w, t + 2w]`` comes from the predictor (:mod:`.availability_predictor`):
    the oracle (REFL's code) or the history forecaster (the stand-in for the paper's Prophet).
    Ascending sort, ties broken at random, first ``launch_t`` taken. With the oracle, REFL's
@@ -30,7 +30,7 @@ Spec ``seed-algorithms.md`` §6.2–6.3 (REFL / "RELAY", Abdelmoniem et al., Eur
 
 Deviations, each deliberate:
 
-- The code's draw takes ``min(target, len − 1)`` clients ([QUIRK] §6.2); we take ``min(target, len)``.
+- The code's draw takes ``min(target, len − 1)`` clients ([QUIRK]); we take ``min(target, len)``.
 - The code thins the priority and non-priority lists separately; with a continuous probability
   there are no lists, so the hidden share is drawn from the whole pool (same share in expectation).
 - The code removes recently-run clients *after* sampling and replaces them with random online

@@ -1,4 +1,4 @@
-"""SAFA's selection as REFL emulates it (spec §6.7): launch every online client, wait for a share of them.
+"""SAFA's selection as REFL emulates it (REFL §5.2): launch every online client, wait for a share of them.
 
 The server rule and the cache of client models live in ``algorithms/safa.py``; the deadline round
 mode (``max_reports``) supplies the "first N_t reports" cut.

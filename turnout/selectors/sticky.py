@@ -1,7 +1,8 @@
 """GlueFL sticky sampling: C clients from a sticky group S, K − C from outside, unbiased weights.
 
-Spec ``seed-algorithms.md`` §3.1–3.3 (GlueFL, ``TCtower/GlueFL`` ``gluefl_client_manager.py`` /
-``gluefl_aggregator.py``) and the seed's §3 and Appendix B (Propositions 1–2) and Appendix F.
+GlueFL §3.1, Algorithm 2, Eq. (3), Appendix B (Propositions 1–2) and Appendix F, as coded in
+``TCtower/GlueFL`` (``gluefl_client_manager.py`` / ``gluefl_aggregator.py``); notes:
+``docs/algorithms/gluefl.md#sticky-sampling``.
 
 **Round 0 (initialisation, the code's round 1).** The group is empty: ``L = min(S, |available|)``
 available clients are drawn uniformly into it, and the cohort is ``min(launch, L)`` of them, all
@@ -19,7 +20,7 @@ Without over-commitment this is exactly C from S and K − C from N∖S. ``round
 **Weights** (``Cohort.normalize = False``: absolute, unbiased), ``p_i`` = 1/N (``weighting: equal``,
 GlueFL) or ``n_i/Σn`` (``n_samples``), ``S`` = the current group size, ``N`` = the population:
 
-- ``weights: paper`` (default, the spec's resolution of the §3.3 [QUIRK]): sticky
+- ``weights: paper`` (default; the code's weights differ, [QUIRK]): sticky
   ``ν_s = (S/C_act)·p_i``, non-sticky ``ν_r = ((N − S)/R_act)·p_i`` with the *actual* numbers of
   sticky and non-sticky reports;
 - ``weights: code``: ``ν_s = p_i·S/(K_run − (K − C))``, ``ν_r = p_i·(N − S)/(K − C)``, ``K_run`` the
@@ -186,7 +187,7 @@ class StickySelector(Selector):
 
     # ------------------------------------------------------------------------------------------
     def candidate_counts(self, n_tot: int) -> tuple[int, int]:
-        """(sticky, non-sticky) candidates for a launch of ``n_tot`` (spec §3.2 step 1)."""
+        """(sticky, non-sticky) candidates for a launch of ``n_tot`` (GlueFL App. F; the code's split)."""
         k, c = self.K, self.C
         w = self.cfg.overcommit_weight
         if w is None:
@@ -202,7 +203,7 @@ class StickySelector(Selector):
         rng = ctx.rng
         if len(avail) == 0 or n_tot <= 0:
             return self._cohort(ctx.round, np.zeros(0, np.int64), np.zeros(0, bool), init=False)
-        if len(self.group) == 0:  # initialisation (spec §3.2 step 3)
+        if len(self.group) == 0:  # initialisation (GlueFL §3.1: a random group of S)
             members = rng.choice(avail, size=min(self.S, len(avail)), replace=False)
             self._set_group(members)
             chosen = members[:min(n_tot, len(members))]  # `members` is in random order

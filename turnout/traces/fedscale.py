@@ -11,7 +11,7 @@ can exhaust memory or time (a few hundred bytes that share one list 2**40 ways, 
 whose hash never ends), so :func:`prescan` walks the opcodes first and refuses what such data
 never needs; see its docstring for the limits.
 
-Schemas (FedScale ``benchmark/dataset/data/device_info/``; see ``shared/spec`` §7.2):
+Schemas (FedScale ``benchmark/dataset/data/device_info/``; see ``docs/algorithms/world.md#traces``):
 
 * ``client_behave_trace``: ``{key: {'duration': int s, 'inactive': [int s], 'finish_time': int s,
   'active': [int s], 'model': str}}`` — client online during ``[active[i], inactive[i]]`` of

@@ -2,9 +2,10 @@
 
 A client cut by a deadline keeps computing; its report reaches the server at a definite
 simulated time, and from then on it can be aggregated with its staleness = current round −
-the round it started from (physically consistent staleness, spec §6.4). Algorithms that do not
-use stale updates drop it on arrival, and its client-seconds become waste. While a report is in
-flight the device is busy, so the engine does not launch it again.
+the round it started from (physically consistent staleness; notes:
+``docs/algorithms/world.md#late-reports``). Algorithms that do not use stale updates drop it on
+arrival, and its client-seconds become waste. While a report is in flight the device is busy, so
+the engine does not launch it again.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 All per-client state is arrays over the population, updated once per round in O(N) numpy.
 
 - ``τ_i(t)``: last round ≤ t in which client i participated (its report was aggregated); −1 if never.
-- ``τ(t) = t − min_i τ_i(t)`` (spec §1.1, counting round t's own participation), so full
+- ``τ(t) = t − min_i τ_i(t)`` (FedSUM Eq. (4), counting round t's own participation), so full
   participation gives τ(t) = 0 and cyclic blocks of m out of n give τ_max = n/m − 1.
 - Gaps: rounds between consecutive selections of a client (GlueFL's re-sampling gaps, Props. 1–2)
   and between consecutive participations (FedSUM's inter-participation times).
