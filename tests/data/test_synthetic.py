@@ -48,7 +48,7 @@ def test_registered():
     assert S.__doc__.strip().splitlines()[0]
 
 
-def test_fedgs_sizes_match_spec(fedgs):
+def test_fedgs_sizes_match_the_fedgs_seed0_vector(fedgs):
     assert totals(fedgs).tolist() == FEDGS_SIZES
     assert int(totals(fedgs).sum()) == 8735
 

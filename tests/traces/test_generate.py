@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import os
+
 import numpy as np
 import pytest
 
@@ -11,7 +13,8 @@ from turnout.errors import DataError
 from turnout.traces import GeneratorConfig, generate_trace, load_calibration
 from turnout.traces.generate import DAY_S, STUNNER_ONLINE, daily_online_fraction
 
-STUNNER = Path("/work/shared/traces/stunner/onlinePercentDist.out")
+#: The Stunner online-percentage histogram (GPL data, not shipped): set TURNOUT_STUNNER_FILE to check our summary of it
+STUNNER = Path(os.environ.get("TURNOUT_STUNNER_FILE", "/nonexistent"))
 N = 20_000
 
 

@@ -5,7 +5,7 @@ import numpy as np
 from turnout.world.participation import ParticipationTracker
 
 
-def test_tau_follows_spec_convention():
+def test_tau_follows_fedsums_convention():
     tr = ParticipationTracker(4)
     # round 0: clients 0,1 participate → clients 2,3 never did: τ(0) = 0 − (−1) = 1
     assert tr.record(0, np.array([0, 1]), np.array([0, 1])) == 1

