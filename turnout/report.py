@@ -330,7 +330,7 @@ def plot_curves(folders: dict[str, Path], column: str, out: Path) -> Path:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(f"server test {column}\n(mean ± std over seeds)")
     shown = [v for v in every if v in lines]
-    labels = [f"{v} ({_count(n_seeds[v])} seed{'s' * (max(n_seeds[v]) > 1)})" for v in shown]
+    labels = [_legend_label(v, n_seeds[v]) for v in shown]
     ncol = max(1, min(len(shown), max(2, 2 * n)))
     fig.legend([lines[v] for v in shown], labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
     rows = math.ceil(max(1, len(shown)) / ncol)
@@ -341,8 +341,10 @@ def plot_curves(folders: dict[str, Path], column: str, out: Path) -> Path:
     return out
 
 
-def _count(ks: set[int]) -> str:
-    return str(min(ks)) if min(ks) == max(ks) else f"{min(ks)}–{max(ks)}"
+def _legend_label(variant: str, seed_counts: set[int]) -> str:
+    """``K=5 (3 seeds)``; a variant run with different numbers of seeds in different panels shows the range."""
+    lo, hi = min(seed_counts), max(seed_counts)
+    return f"{variant} ({lo if lo == hi else f'{lo}–{hi}'} seed{'s' * (hi > 1)})"
 
 
 def _selection_counts(folder: Path) -> dict[str, np.ndarray]:
