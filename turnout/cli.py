@@ -53,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
                           "fit the data, more clients per round than clients)")
     ls = sub.add_parser("list", help="list every registered component per seam (with a seam: their options)")
     ls.add_argument("seam", nargs="?", default=None,
-                    help="show the options of this seam's components (e.g. compressor, selector.sticky)")
+                    help="show the options of a seam's components, one component's or a block's (e.g. compressor, "
+                         "selector.sticky, data.partition.dirichlet, train, eval)")
     rep = sub.add_parser("report", help="a markdown results page (tables + curves) from finished run folders")
     rep.add_argument("folders", nargs="+", type=Path, help="run folders; each becomes a column, named by its folder")
     rep.add_argument("--out", type=Path, required=True, help="markdown file to write (plot goes in OUT_STEM/)")

@@ -158,8 +158,8 @@ def metric_table(summaries: dict[str, dict], metric: str, percent_of: str | None
     """Markdown table: variants × settings of ``metric`` (mean ± std over seeds; best per column in bold).
 
     With ``percent_of``, byte metrics are shown as a percentage of that variant's mean in the same column
-    (Adaptive-OU's "communication used"). With ``notes``, an empty cell ("—") and a cell with fewer seeds
-    than the column get a footnote saying why (``targets``: each setting's :func:`load_targets`).
+    (Adaptive-OU's "communication used"). With ``notes``, an empty cell ("—") and a cell missing some of
+    the variant's seeds get a footnote saying why (``targets``: each setting's :func:`load_targets`).
     """
     settings = list(summaries)
     variants = list(dict.fromkeys(r["variant"] for s in summaries.values() for r in s["runs"]))
