@@ -1,6 +1,7 @@
 """`turnout check` validates without running, and a `--set` that reaches no variant is a one-line warning."""
 
 import os
+import shlex
 import subprocess
 import sys
 import warnings
@@ -88,8 +89,9 @@ def test_set_that_reaches_no_variant_warns_naming_the_key(tiny):
 def test_readme_commands_set_keys_that_reach_the_quickstart_variants():
     commands = ("turnout run experiments/quickstart.yaml", "turnout check experiments/quickstart.yaml")
     lines = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith(commands)]
-    sets = [words[i + 1] for line in lines for words in [line.split()] for i, w in enumerate(words) if w == "--set"]
-    assert "rounds=50" in sets and len(sets) >= 3
+    sets = [shlex.split(line.split("#")[0]) for line in lines]
+    sets = [words[i + 1] for words in sets for i, w in enumerate(words) if w == "--set"]
+    assert "rounds=50" in sets and "seeds=[0,1,2]" in sets
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for s in sets:
