@@ -1,11 +1,25 @@
-"""`turnout report`: settings side by side, mean ± std over seeds, best entry in bold, one-line errors."""
+"""`turnout report`: settings side by side, mean ± std over seeds, paired t intervals, footnoted gaps, errors."""
 
 import json
+import math
 
+import numpy as np
 import pytest
+import yaml
+from scipy import stats
 
 from turnout.cli import main
-from turnout.report import metric_table, write_report
+from turnout.report import (
+    Footnotes,
+    PairedDifference,
+    _curves,
+    _legend_label,
+    load_targets,
+    metric_table,
+    paired_difference,
+    paired_table,
+    write_report,
+)
 
 
 def fake_run(folder, losses):
@@ -77,3 +91,118 @@ def test_selection_count_plot_from_clients_csv(tmp_path):
     assert (tmp_path / "docs" / "fedgs" / "counts_YMF.png").stat().st_size > 1000
     assert main(["report", str(a), "--out", str(tmp_path / "y.md"), "--counts", "IDL"]) == 2
     assert not (tmp_path / "y.md").exists()
+
+
+# ---- paired differences, footnotes, bands ----------------------------------------------------------
+def paired_run(folder, values, target=0.8, metric="final_accuracy"):
+    """A run folder with ``values[variant] = [per-seed value or None]`` of ``metric`` and a config.yaml target."""
+    folder.mkdir(parents=True)
+    runs = [{"variant": v, "seed": s, metric: x} for v, xs in values.items() for s, x in enumerate(xs)]
+    (folder / "summary.json").write_text(json.dumps({"runs": runs}))
+    (folder / "config.yaml").write_text(yaml.safe_dump(
+        {"name": folder.name, "variants": {v: {"eval": {"target_accuracy": target}} for v in values}}))
+    return folder
+
+
+def cells(table):
+    return {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in table.splitlines()[2:]}
+
+
+def test_paired_difference_is_the_paired_t_interval_over_seeds():
+    base = {0: 0.80, 1: 0.82, 2: 0.78}
+    other = {0: 0.83, 1: 0.86, 2: 0.79}  # differences 0.03, 0.04, 0.01
+    d = paired_difference(base, other)
+    mean = (0.03 + 0.04 + 0.01) / 3
+    sd = math.sqrt(sum((x - mean) ** 2 for x in (0.03, 0.04, 0.01)) / 2)
+    half = stats.t.ppf(0.975, 2) * sd / math.sqrt(3)  # 4.3027 · 0.015275 / √3 = 0.03795
+    assert d.n == 3 and d.mean == pytest.approx(0.026667, abs=1e-6)
+    assert (d.low, d.high) == (pytest.approx(mean - half), pytest.approx(mean + half))
+    assert d.low == pytest.approx(-0.011279, abs=1e-6) and d.high == pytest.approx(0.064612, abs=1e-6)
+    assert paired_difference({0: 0.5}, {0: 0.53}) == PairedDifference(1, pytest.approx(0.03), None, None)
+    assert paired_difference({0: 0.5}, {1: 0.5}) is None  # no common seed, nothing to pair
+
+
+def test_paired_table_cells_with_interval_left_out_seeds_and_one_seed(tmp_path):
+    s = paired_run(tmp_path / "S", {"fedavg": [0.80, 0.82, 0.78], "fedprox": [0.83, 0.86, 0.79]})
+    r = paired_run(tmp_path / "R", {"fedavg": [40, 50, None], "fedprox": [30, 45, 35]}, metric="rounds_to_target")
+    one = paired_run(tmp_path / "ONE", {"fedavg": [0.5], "fedprox": [0.53]})
+    summaries = {p.name: json.loads((p / "summary.json").read_text()) for p in (s, one)}
+    notes = Footnotes()
+    assert cells(paired_table(summaries, "final_accuracy", "fedavg", notes))["fedprox"] == [
+        "+0.0267 [-0.0113, +0.0646] (n=3)", "+0.0300 (1 seed: no interval)"]
+    assert notes.reasons == []
+    notes = Footnotes()
+    got = cells(paired_table({"R": json.loads((r / "summary.json").read_text())}, "rounds_to_target", "fedavg",
+                             notes, {"R": load_targets(r)}))
+    half = stats.t.ppf(0.975, 1) * math.sqrt(12.5) / math.sqrt(2)  # differences −10, −5: t(0.975, 1) = 12.706
+    assert got["fedprox"] == [f"-7.5 [{-7.5 - half:+.1f}, {-7.5 + half:+.1f}] (n=2)¹"] == ["-7.5 [-39.3, +24.3] (n=2)¹"]
+    assert notes.reasons == ["seed 2 left out in R: no rounds_to_target for fedavg (target not reached)"]
+
+
+def test_every_empty_cell_has_a_footnote_saying_why(tmp_path):
+    unset = paired_run(tmp_path / "UNSET", {"a": [None, None], "b": [3, 4]}, target=None, metric="rounds_to_target")
+    missed = paired_run(tmp_path / "MISSED", {"a": [None, None], "b": [5, None]}, metric="rounds_to_target")
+    summaries = {p.name: json.loads((p / "summary.json").read_text()) for p in (unset, missed)}
+    targets = {p.name: load_targets(p) for p in (unset, missed)}
+    notes = Footnotes()
+    table = cells(metric_table(summaries, "rounds_to_target", notes=notes, targets=targets))
+    assert table["a"] == ["—¹", "—²"] and table["b"] == ["**3.500 ± 0.500**", "**5.000 ± 0.000 (1/2)**³"]
+    assert notes.reasons == ["no target: eval.target_accuracy is unset for a in UNSET",
+                             "a did not reach the target accuracy 0.8 with any of its 2 seeds in MISSED",
+                             "b did not reach the target accuracy 0.8 with seed 1 in MISSED"]
+    notes = Footnotes()
+    assert cells(paired_table(summaries, "rounds_to_target", "a", notes, targets))["b"] == ["—¹", "—²"]
+    assert notes.reasons[0].startswith("no target") and notes.reasons[1].startswith("a did not reach")
+    notes = Footnotes()
+    assert cells(metric_table(summaries, "tau_max", notes=notes, targets=targets))["a"] == ["—¹", "—²"]
+    assert notes.reasons == ["tau_max is absent from UNSET's summary.json",
+                             "tau_max is absent from MISSED's summary.json"]
+
+
+def test_page_states_pairing_baseline_and_one_seed(tmp_path):
+    a = paired_run(tmp_path / "A", {"x": [0.5], "y": [0.6], "z": [0.4]})
+    out = write_report([a], tmp_path / "p.md", ["final_accuracy"], "T", curve=None, baseline="y")
+    text = out.read_text()
+    assert "## Paired differences from y (per seed, 95 % paired t interval)" in text
+    assert "same population — the same data partition, initial model" in text
+    assert "one seed each, so no interval can be given" in text and "4.303" in text  # t(0.975, 2)
+    assert "| x | -0.1000 (1 seed: no interval) |" in text and "| z | -0.2000 (1 seed: no interval) |" in text
+    assert main(["report", str(a), "--out", str(tmp_path / "q.md"), "--baseline", "w"]) == 2
+    assert main(["report", str(a), "--out", str(tmp_path / "q.md"), "--paired", "nonsense"]) == 2
+    assert not (tmp_path / "q.md").exists()
+    no_pairs = write_report([a], tmp_path / "r.md", ["best_loss"], "T", curve=None).read_text()
+    assert "Paired differences" not in no_pairs  # best_loss is not paired unless --paired asks
+    asked = write_report([a], tmp_path / "s.md", ["best_loss"], "T", curve=None, paired=["final_accuracy"])
+    assert "### final_accuracy: variant − x" in asked.read_text()
+
+
+def test_curve_bands_are_mean_and_std_over_seeds(tmp_path):
+    a = fake_run(tmp_path / "IDL", {"uniform": [0.30, 0.32, 0.40], "fedgs": [0.28, 0.30, 0.29]})
+    curves = _curves(a, "loss")
+    x, mean, std, n = curves["uniform"]
+    at_round_1 = [0.30 + 1, 0.32 + 1, 0.40 + 1]  # fake_run's loss is best_loss + 1/(t+1) at round t = 0
+    assert x.tolist() == [1, 2, 3, 4, 5] and n == 3
+    assert mean[0] == pytest.approx(np.mean(at_round_1)) and std[0] == pytest.approx(np.std(at_round_1))
+    assert _legend_label("uniform", {3}) == "uniform (3 seeds)" and _legend_label("u", {1, 3}) == "u (1–3 seeds)"
+    assert main(["report", str(a), "--out", str(tmp_path / "x.md"), "--curve", "accuracyy"]) == 2
+
+
+def test_report_end_to_end_on_a_two_variant_three_seed_run(tmp_path, tiny):
+    tiny.update(seeds=[0, 1, 2], rounds=4, eval={"every": 1, "target_accuracy": 0.15},
+                data={"name": "synthetic", "num_clients": 10},
+                variants=[{"name": "K4"}, {"name": "K8", "set": {"selector.clients_per_round": 8}}])
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(yaml.safe_dump(tiny))
+    run = tmp_path / "run"
+    assert main(["run", str(cfg), "--out", str(run), "--quiet"]) == 0
+    page = tmp_path / "page.md"
+    assert main(["report", str(run), "--out", str(page), "--metric", "final_accuracy", "--metric",
+                 "rounds_to_target", "--curve", "accuracy"]) == 0
+    text = page.read_text()
+    runs = json.loads((run / "summary.json").read_text())["runs"]
+    acc = {v: {r["seed"]: r["final_accuracy"] for r in runs if r["variant"] == v} for v in ("K4", "K8")}
+    d = np.array([acc["K8"][s] - acc["K4"][s] for s in (0, 1, 2)])
+    half = stats.t.ppf(0.975, 2) * d.std(ddof=1) / math.sqrt(3)
+    assert f"| K8 | {d.mean():+.4f} [{d.mean() - half:+.4f}, {d.mean() + half:+.4f}] (n=3) |" in text
+    assert "### rounds_to_target: variant − K4" in text
+    assert (tmp_path / "page" / "accuracy.png").stat().st_size > 1000

@@ -1,4 +1,4 @@
-"""The ``turnout`` command line: ``run`` an experiment, ``list`` the registered components.
+"""The ``turnout`` command line: ``run`` or ``check`` an experiment, ``list`` the registered components, ``report``.
 
 User mistakes (bad config, missing data, bad arguments) print one line to stderr and exit with
 code 2 — never a traceback — and leave no run folder behind.
@@ -9,11 +9,25 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import warnings
 from pathlib import Path
 
-from .errors import ConfigError, TurnoutError
+from .errors import ConfigError, ConfigWarning, TurnoutError
 
 EXIT_USAGE = 2
+
+_python_showwarning = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """turnout's own warnings as one line (``turnout: warning: ...``); any other keeps Python's format."""
+    if issubclass(category, ConfigWarning):
+        print(f"turnout: warning: {message}", file=file or sys.stderr)
+    else:
+        _python_showwarning(message, category, filename, lineno, file, line)
+
+
+warnings.showwarning = _show_warning
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,16 +53,25 @@ def _parser() -> argparse.ArgumentParser:
     res.add_argument("resume", type=Path, metavar="DIR", help="the run folder (DIR or DIR.partial)")
     res.add_argument("--quiet", action="store_true", help="no progress bar")
     res.set_defaults(config=None, overrides=[], out=None)
+    chk = sub.add_parser("check", help="validate an experiment without running it and print the resolved variants")
+    chk.add_argument("config", help="experiment YAML file")
+    chk.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config value, as for `turnout run` (repeatable)")
+    chk.add_argument("--data", action="store_true",
+                     help="also build the datasets and every simulation (slower; catches a model that does not "
+                          "fit the data, more clients per round than clients)")
     ls = sub.add_parser("list", help="list every registered component per seam (with a seam: their options)")
     ls.add_argument("seam", nargs="?", default=None,
-                    help="show the options of this seam's components (e.g. compressor, selector.sticky)")
+                    help="show the options of a seam's components, one component's or a block's (e.g. compressor, "
+                         "selector.sticky, data.partition.dirichlet, train, eval)")
     rep = sub.add_parser("report", help="a markdown results page (tables + curves) from finished run folders")
     rep.add_argument("folders", nargs="+", type=Path, help="run folders; each becomes a column, named by its folder")
     rep.add_argument("--out", type=Path, required=True, help="markdown file to write (plot goes in OUT_STEM/)")
     rep.add_argument("--metric", dest="metrics", action="append", default=None,
                      help="summary column to tabulate (repeatable; default: best_loss and final_accuracy)")
     rep.add_argument("--title", default="Results", help="page title")
-    rep.add_argument("--command", dest="regen_command", default=None, help="the command that regenerates the page (printed on it)")
+    rep.add_argument("--command", dest="regen_command", default=None,
+                     help="the command that regenerates the page (printed on it)")
     rep.add_argument("--elapsed-s", type=float, default=None, help="wall-clock seconds the runs took")
     rep.add_argument("--notes", type=Path, default=None, help="a markdown file inserted above the tables")
     rep.add_argument("--percent-of", default=None, metavar="VARIANT",
@@ -56,6 +79,11 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--curve", default="loss", help="rounds.csv column plotted against rounds ('' for none)")
     rep.add_argument("--counts", action="append", default=None, metavar="SETTING",
                      help="also draw per-client selection counts for this run folder's name (repeatable)")
+    rep.add_argument("--baseline", default=None, metavar="VARIANT",
+                     help="variant the paired per-seed differences are taken from (default: the first variant)")
+    rep.add_argument("--paired", action="append", default=None, metavar="METRIC",
+                     help="summary column to give paired differences for (repeatable; default: final accuracy and "
+                          "rounds/time/bytes to target, where tabulated)")
     _add_trace_parser(sub)
     _add_plot_parser(sub)
     return p
@@ -66,16 +94,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .report import write_report
 
     metrics = args.metrics or ["best_loss", "final_accuracy"]
-    for m in metrics:
-        if m not in SUMMARY_KEYS:
-            raise ConfigError("--metric", m, f"choose from: {', '.join(SUMMARY_KEYS)}")
+    for flag, chosen in (("--metric", metrics), ("--paired", args.paired or [])):
+        for m in chosen:
+            if m not in SUMMARY_KEYS:
+                raise ConfigError(flag, m, f"choose from: {', '.join(SUMMARY_KEYS)}")
     notes = None
     if args.notes is not None:
         if not args.notes.is_file():
             raise ConfigError("--notes", str(args.notes), "no such file")
         notes = args.notes.read_text()
     out = write_report(args.folders, args.out, metrics, args.title, args.regen_command, args.elapsed_s,
-                       args.curve or None, notes, args.percent_of, args.counts)
+                       args.curve or None, notes, args.percent_of, args.counts, args.baseline, args.paired)
     print(f"wrote {out}")
     return 0
 
@@ -193,22 +222,28 @@ def _periods(period_s) -> str:
     return f"{lo:g} s" if lo == hi else f"{lo:g}-{hi:g} s"
 
 
+def _find_listing(what: str) -> tuple[str, str]:
+    """``SEAM``, ``SEAM.NAME`` (longest seam first: ``data.partition.dirichlet``) or a block → (key, component)."""
+    from .composition import BLOCKS, listed_registries
+
+    regs = listed_registries()
+    if what in regs or what in BLOCKS:
+        return what, ""
+    for seam in sorted(regs, key=len, reverse=True):
+        if what.startswith(seam + "."):
+            name = what[len(seam) + 1:]
+            regs[seam].get(name, "list SEAM.NAME")  # unknown component: one-line error naming the choices
+            return seam, name
+    raise ConfigError("list SEAM", what, f"choose one of: {', '.join([*regs, *BLOCKS])} (or SEAM.NAME)")
+
+
 def cmd_list(seam: str | None = None) -> int:
-    from .composition import registries
-    from .data.registry import PARTITIONERS
-    from .errors import ConfigError
+    from .composition import BLOCKS, listed_registries
+    from .config.options import option_lines
     from .registry import describe
 
-    regs = dict(registries())
-    regs["data.partition"] = PARTITIONERS
-    only = None
-    if seam is not None:
-        seam, _, only = seam.partition(".") if seam not in regs else (seam, "", "")
-        if seam not in regs:
-            raise ConfigError("list SEAM", seam, f"choose one of: {', '.join(regs)}")
-        if only:
-            regs[seam].get(only, "list SEAM")  # unknown component: one-line error naming the choices
-        regs = {seam: regs[seam]}
+    key, only = _find_listing(seam) if seam is not None else ("", "")
+    regs = {k: r for k, r in listed_registries().items() if seam is None or k == key}
     for name_of_seam, reg in regs.items():
         print(f"{name_of_seam}  ({reg.doc})")
         for name, cls in reg:
@@ -216,9 +251,25 @@ def cmd_list(seam: str | None = None) -> int:
                 continue
             print(f"  {name:<22} {describe(cls)}")
             if seam is not None:
-                for key, field in cls.Config.model_fields.items():
-                    default = field.default if not field.is_required() else "(required)"
-                    print(f"      {key} = {default!r}: {field.description or ''}".rstrip(": "))
+                for line in option_lines(cls.Config):
+                    print(f"      {line}")
+    blocks = {k: m for k, m in BLOCKS.items() if seam is None or k == key}
+    if seam is None and blocks:
+        print("blocks without components (options at the top of the block, e.g. train: {lr: 0.1})")
+    for name, model in blocks.items():
+        print(f"  {name:<22} {describe(model)}")
+        for line in option_lines(model):
+            print(f"      {line}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .check import check, summary_lines
+    from .composition import load_experiment
+
+    variants = load_experiment(args.config, args.overrides)
+    check(variants, build_data=args.data)
+    print("\n".join(summary_lines(args.config, variants, args.data)))
     return 0
 
 
@@ -354,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_trace(args)
         if args.command == "plot":
             return cmd_plot(args)
+        if args.command == "check":
+            return cmd_check(args)
         return cmd_run(args)
     except RunInterrupted as exc:
         print(f"turnout: {exc}", file=sys.stderr)

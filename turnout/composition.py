@@ -18,12 +18,15 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from pydantic import BaseModel
+
 from .config.loader import Component, ResolvedExperiment
 from .config.loader import expand as _expand
 from .config.loader import load_experiment as _load
+from .config.schema import EvalConfig, OutputConfig, RuntimeConfig
 from .errors import ConfigError
 from .registry import Registry
-from .training.config import TrainConfig
+from .training.config import LRSchedule, TrainConfig
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,21 @@ SEAMS: tuple[Seam, ...] = (
 def registries() -> dict[str, Registry]:
     """Config key → registry for every seam (imports the component packages so they register)."""
     return {s.key: s.load() for s in SEAMS}
+
+
+@cache
+def listed_registries() -> dict[str, Registry]:
+    """What ``turnout list`` names: every seam, plus the partitioners that pooled datasets take."""
+    from .data.registry import PARTITIONERS
+
+    return {**registries(), "data.partition": PARTITIONERS}
+
+
+#: The blocks of an experiment that are not components (no ``name`` to choose): their key → options model.
+BLOCKS: dict[str, type[BaseModel]] = {
+    "train": TrainConfig, "train.lr_schedule": LRSchedule, "eval": EvalConfig, "runtime": RuntimeConfig,
+    "output": OutputConfig,
+}
 
 
 # ---- combination rules -----------------------------------------------------------------------

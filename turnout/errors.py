@@ -93,3 +93,7 @@ class ConfigError(TurnoutError):
 
 class DataError(TurnoutError):
     """A dataset that is missing or malformed; the message says how to fix it."""
+
+
+class ConfigWarning(UserWarning):
+    """A config that runs but likely not as meant (a ``--set`` no variant takes); the CLI prints one line."""

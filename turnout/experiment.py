@@ -67,13 +67,19 @@ def _data_key(exp: ResolvedExperiment) -> str:
     return json.dumps(exp["data"].as_dict(), sort_keys=True)
 
 
-def prepare(variants: list[ResolvedExperiment]) -> Plan:
-    """Build each distinct dataset once per seed (data errors surface here, before any output)."""
+def require_shared_seeds(variants: list[ResolvedExperiment]) -> None:
+    """Variants are compared seed by seed on the same populations, so they must run the same seeds."""
     base = variants[0].config
     for v in variants:
         if v.config.seeds != base.seeds:
             raise ConfigError(f"variants[{v.variant}].seeds", v.config.seeds,
                               "variants must share the experiment's seeds (compare on the same populations)")
+
+
+def prepare(variants: list[ResolvedExperiment]) -> Plan:
+    """Build each distinct dataset once per seed (data errors surface here, before any output)."""
+    require_shared_seeds(variants)
+    base = variants[0].config
     datasets: dict[tuple[str, int], FederatedDataset] = {}
     fits: set[tuple[str, str]] = set()
     for v in variants:

@@ -3,26 +3,48 @@
 A reproduction runs the same variants in several settings (availability modes, partitions), one
 run folder each; the page puts the settings side by side (columns) for every variant (rows), as
 the seed papers' tables do, with mean ± std over seeds and the best entry of each column in bold.
-Everything is read back from the run folders' ``summary.json`` and ``rounds.csv``, so a page can be
-rebuilt without re-running anything.
+Everything is read back from the run folders' ``summary.json``, ``config.yaml`` and rounds table, so
+a page can be rebuilt without re-running anything.
+
+Variants of one run folder are compared seed by seed: for a given seed they share the population
+(data partition, initial model, device profiles, availability draws), so the page also gives each
+variant's per-seed difference from a baseline variant with a paired t interval over the seeds.
+Every empty cell ("—") carries a footnote saying why it is empty.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import yaml
 
-from .errors import DataError
+from .errors import ConfigError, DataError
+from .recorders.base import read_run_table
 
 #: which way is better, for bolding the best entry of a column
 LOWER_IS_BETTER = {"best_loss", "final_loss", "bytes_up", "bytes_down", "bytes_down_to_target", "bytes_up_to_target",
                    "rounds_to_target", "sim_time_to_target_s", "download_time_to_target_s", "download_time_s",
                    "sim_time_s", "resource_s", "wasted_s", "tau_max", "tau_avg", "selection_count_var",
                    "never_selected", "tail_accuracy_std"}
+
+#: metrics counted up to the first evaluation at or above ``eval.target_accuracy`` (empty when never reached)
+TARGET_METRICS = {"rounds_to_target", "sim_time_to_target_s", "download_time_to_target_s", "bytes_down_to_target",
+                  "bytes_up_to_target"}
+
+#: metrics that get paired differences when the page tabulates them (``--paired`` chooses others)
+PAIRED_BY_DEFAULT = ("final_accuracy", "rounds_to_target", "sim_time_to_target_s", "bytes_down_to_target",
+                     "bytes_up_to_target")
+
+#: why a metric can be empty in every seed, beyond the target rules
+EMPTY_BECAUSE = {"centralized_accuracy": "eval.centralized_baseline was off",
+                 "final_accuracy": "no evaluation ran", "best_accuracy": "no evaluation ran",
+                 "final_loss": "no evaluation ran", "best_loss": "no evaluation ran"}
+
+CONFIDENCE = 0.95
 
 
 def load_runs(folder: Path) -> dict:
@@ -65,21 +87,98 @@ def _identity(unit: Path) -> dict:
 
 
 def _rows(folder: Path):
-    """Every round's row of a run folder: ``rounds.csv`` when finished, the units' streamed rows otherwise."""
-    if (folder / "rounds.csv").is_file():
-        with open(folder / "rounds.csv", newline="") as fh:
-            yield from csv.DictReader(fh)
+    """Every round's row of a run folder: its rounds table when finished (whichever recorder wrote it),
+    the units' streamed rows otherwise."""
+    if (folder / "summary.json").is_file() or not (folder / "units").is_dir():
+        yield from read_run_table(folder, "rounds")
         return
     for unit in sorted((folder / "units").glob("*/seed-*")):
-        variant = _identity(unit).get("variant")
+        ident = _identity(unit)
         for row in _unit_rows(unit):
-            yield {"variant": variant, **row}
+            yield {"variant": ident.get("variant"), "seed": ident.get("seed"), **row}
+
+
+def load_targets(folder: Path) -> dict[str, float | None] | None:
+    """Each variant's ``eval.target_accuracy`` from the run folder's ``config.yaml`` (None: no readable config)."""
+    path = Path(folder) / "config.yaml"
+    try:
+        cfg = yaml.safe_load(path.read_text()) if path.is_file() else None
+    except (OSError, yaml.YAMLError):
+        return None
+    variants = cfg.get("variants") if isinstance(cfg, dict) else None
+    if not isinstance(variants, dict):
+        return None
+    return {str(name): (v.get("eval") or {}).get("target_accuracy") for name, v in variants.items()
+            if isinstance(v, dict)}
+
+
+class Footnotes:
+    """Numbered reasons for empty or partial cells, listed under their table (a repeated reason keeps its number)."""
+
+    _DIGITS = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+    def __init__(self):
+        self.reasons: list[str] = []
+
+    def mark(self, reason: str) -> str:
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+        return str(self.reasons.index(reason) + 1).translate(self._DIGITS)
+
+    def markdown(self) -> str:
+        return "".join(f"- {self.mark(r)} {r}\n" for r in self.reasons)
+
+
+def _per_seed(runs: list[dict], variant: str, metric: str) -> dict[int, float]:
+    """Seed → finite value of ``metric`` for ``variant`` (seeds without a value are left out)."""
+    out = {}
+    for r in runs:
+        v = r.get(metric)
+        if r["variant"] == variant and v is not None and not (isinstance(v, float) and math.isnan(v)):
+            out[r["seed"]] = float(v)
+    return out
+
+
+def _seeds_of(runs: list[dict], variant: str) -> list:
+    return [r["seed"] for r in runs if r["variant"] == variant]
+
+
+def _seeds_text(seeds: list) -> str:
+    return f"seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}"
+
+
+def _target_text(target: float | None) -> str:
+    return f"the target accuracy {target:g}" if target is not None else "the target accuracy"
+
+
+def why_empty(runs: list[dict], variant: str, metric: str, setting: str, targets: dict | None) -> str:
+    """Why ``variant`` has no value of ``metric`` in any seed of the run folder ``setting``."""
+    mine = [r for r in runs if r["variant"] == variant]
+    if not mine:
+        return f"{variant} was not run in {setting}"
+    if not any(metric in r for r in mine):
+        return f"{metric} is absent from {setting}'s summary.json"
+    if metric in TARGET_METRICS:
+        if targets is not None and variant in targets and targets[variant] is None:
+            return f"no target: eval.target_accuracy is unset for {variant} in {setting}"
+        target = None if targets is None else targets.get(variant)
+        unset = "" if target is not None else " (or eval.target_accuracy was unset)"
+        return f"{variant} did not reach {_target_text(target)} with any of its {len(mine)} seeds in {setting}{unset}"
+    because = EMPTY_BECAUSE.get(metric, "no seed recorded a value")
+    return f"{metric} of {variant} is empty in every seed in {setting}: {because}"
+
+
+def why_partial(runs: list[dict], variant: str, metric: str, setting: str, targets: dict | None) -> str:
+    """Which seeds of ``variant`` have no value of ``metric`` in ``setting`` (and why, for target metrics)."""
+    missing = [s for s in _seeds_of(runs, variant) if s not in _per_seed(runs, variant, metric)]
+    if metric in TARGET_METRICS:
+        target = None if targets is None else targets.get(variant)
+        return f"{variant} did not reach {_target_text(target)} with {_seeds_text(missing)} in {setting}"
+    return f"{metric} of {variant} is empty for {_seeds_text(missing)} in {setting}"
 
 
 def _stats(runs: list[dict], variant: str, metric: str) -> tuple[float, float, int]:
-    vals = np.array([r.get(metric, math.nan) if r.get(metric) is not None else math.nan
-                     for r in runs if r["variant"] == variant], dtype=float)
-    ok = vals[~np.isnan(vals)]
+    ok = np.array(list(_per_seed(runs, variant, metric).values()), dtype=float)
     if len(ok) == 0:
         return math.nan, math.nan, 0
     return float(ok.mean()), float(ok.std()), len(ok)
@@ -97,11 +196,13 @@ def _fmt(mean: float, std: float, n: int, total: int) -> str:
     return text + (f" ({n}/{total})" if n < total else "")
 
 
-def metric_table(summaries: dict[str, dict], metric: str, percent_of: str | None = None) -> str:
+def metric_table(summaries: dict[str, dict], metric: str, percent_of: str | None = None,
+                 notes: Footnotes | None = None, targets: dict[str, dict | None] | None = None) -> str:
     """Markdown table: variants × settings of ``metric`` (mean ± std over seeds; best per column in bold).
 
     With ``percent_of``, byte metrics are shown as a percentage of that variant's mean in the same column
-    (Adaptive-OU's "communication used").
+    (Adaptive-OU's "communication used"). With ``notes``, an empty cell ("—") and a cell missing some of
+    the variant's seeds get a footnote saying why (``targets``: each setting's :func:`load_targets`).
     """
     settings = list(summaries)
     variants = list(dict.fromkeys(r["variant"] for s in summaries.values() for r in s["runs"]))
@@ -118,27 +219,132 @@ def metric_table(summaries: dict[str, dict], metric: str, percent_of: str | None
             text = _fmt(m, sd, n, seeds)
             if ref is not None and ref > 0 and n:
                 text += f" ({100 * m / ref:.0f} %)"
-            cells[(v, col)] = f"**{text}**" if n and best is not None and m == best else text
+            text = f"**{text}**" if n and best is not None and m == best else text
+            tgt = (targets or {}).get(col)
+            if notes is not None and n == 0:
+                text += notes.mark(why_empty(runs, v, metric, col, tgt))
+            elif notes is not None and n < len(_seeds_of(runs, v)):
+                text += notes.mark(why_partial(runs, v, metric, col, tgt))
+            cells[(v, col)] = text
     head = "| method | " + " | ".join(settings) + " |\n|---|" + "---|" * len(settings) + "\n"
     return head + "".join("| " + v + " | " + " | ".join(cells[(v, c)] for c in settings) + " |\n" for v in variants)
 
 
-def _mean_curve(folder: Path, variant: str, column: str) -> tuple[np.ndarray, np.ndarray]:
-    per_round: dict[int, list[float]] = {}
-    for row in _rows(folder):
-        value = row.get(column)
-        if row["variant"] != variant or value in ("", "nan", None) or value != value:
+@dataclass(frozen=True)
+class PairedDifference:
+    """Mean of the per-seed differences (variant − baseline) and its paired t interval (None with one seed)."""
+
+    n: int
+    mean: float
+    low: float | None
+    high: float | None
+
+
+def paired_difference(baseline: dict, other: dict, confidence: float = CONFIDENCE) -> PairedDifference | None:
+    """Paired t interval over the seeds both ``{seed: value}`` maps hold (None when they share no seed).
+
+    mean ± t_{(1+confidence)/2, n−1} · s / √n, with s the sample standard deviation (n − 1) of the differences.
+    """
+    from scipy import stats
+
+    seeds = [s for s in baseline if s in other]
+    if not seeds:
+        return None
+    d = np.array([other[s] - baseline[s] for s in seeds], dtype=float)
+    mean = float(d.mean())
+    if len(d) < 2:
+        return PairedDifference(1, mean, None, None)
+    half = float(stats.t.ppf((1 + confidence) / 2, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d)))
+    return PairedDifference(len(d), mean, mean - half, mean + half)
+
+
+def _fmt_signed(x: float, scale: float) -> str:
+    if scale >= 1e5:
+        return f"{x:+.3g}"
+    digits = 4 if scale < 1 else 3 if scale < 10 else 1 if scale < 1000 else 0
+    return f"{x:+.{digits}f}"
+
+
+def _fmt_difference(d: PairedDifference) -> str:
+    scale = max(abs(d.mean), abs(d.low or 0.0), abs(d.high or 0.0), 1e-12)
+    if d.low is None:
+        return f"{_fmt_signed(d.mean, scale)} (1 seed: no interval)"
+    return f"{_fmt_signed(d.mean, scale)} [{_fmt_signed(d.low, scale)}, {_fmt_signed(d.high, scale)}] (n={d.n})"
+
+
+def paired_table(summaries: dict[str, dict], metric: str, baseline: str, notes: Footnotes,
+                 targets: dict[str, dict | None] | None = None) -> str:
+    """Markdown table: variants × settings of the per-seed difference ``metric``(variant) − ``metric``(baseline)."""
+    variants = [v for v in dict.fromkeys(r["variant"] for s in summaries.values() for r in s["runs"]) if v != baseline]
+    rows = []
+    for v in variants:
+        cells = []
+        for col, summary in summaries.items():
+            runs, tgt = summary["runs"], (targets or {}).get(col)
+            base, other = _per_seed(runs, baseline, metric), _per_seed(runs, v, metric)
+            d = paired_difference(base, other)
+            if not _seeds_of(runs, baseline):
+                cells.append("—" + notes.mark(f"the baseline {baseline} was not run in {col}"))
+            elif not _seeds_of(runs, v):
+                cells.append("—" + notes.mark(f"{v} was not run in {col}"))
+            elif not base:
+                cells.append("—" + notes.mark(why_empty(runs, baseline, metric, col, tgt)))
+            elif not other:
+                cells.append("—" + notes.mark(why_empty(runs, v, metric, col, tgt)))
+            elif d is None:
+                cells.append("—" + notes.mark(f"{v} and {baseline} have {metric} for no common seed in {col}"))
+            else:
+                text = _fmt_difference(d)
+                ran = set(_seeds_of(runs, v)) & set(_seeds_of(runs, baseline))
+                if d.n < len(ran):
+                    left = [s for s in _seeds_of(runs, v) if s in ran and (s not in base or s not in other)]
+                    who = [w for w, vals in ((v, other), (baseline, base)) if any(s not in vals for s in left)]
+                    text += notes.mark(f"{_seeds_text(left)} left out in {col}: "
+                                       f"no {metric} for {' and '.join(who)}"
+                                       + (" (target not reached)" if metric in TARGET_METRICS else ""))
+                cells.append(text)
+        rows.append("| " + v + " | " + " | ".join(cells) + " |\n")
+    head = "| variant | " + " | ".join(summaries) + " |\n|---|" + "---|" * len(summaries) + "\n"
+    return head + "".join(rows)
+
+
+PAIRING = ("Each cell: the mean over seeds of the per-seed difference (variant − {baseline}), the {pct:g} % "
+           "confidence interval of a paired t test in brackets (mean ± t · s/√n, t the {q:g} quantile of Student's "
+           "t with n − 1 degrees of freedom, s the standard deviation of the n differences), and n, the number of "
+           "seeds. The pairing holds by construction: for a given seed, every variant of a run folder runs on the "
+           "same population — the same data partition, initial model, device profiles and availability draws — "
+           "so a per-seed difference leaves out what the seeds' populations add to the spread. With one seed "
+           "there is no interval. For metrics where lower is better (rounds, time, bytes to the target) a "
+           "negative difference favours the variant.")
+
+
+def _curves(folder: Path, column: str) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
+    """Per variant: rounds, mean and std of ``column`` over seeds at each round, and the number of seeds."""
+    rows = list(_rows(folder))
+    if rows and column not in rows[0]:
+        raise ConfigError("--curve", column, f"not a column of {folder}'s rounds table; choose one of: "
+                                             f"{', '.join(k for k in rows[0] if k not in ('variant', 'seed'))}")
+    per: dict[str, dict[int, list[float]]] = {}
+    seeds: dict[str, set] = {}
+    for row in rows:
+        value = row[column]
+        if value is None or value == "" or math.isnan(float(value)):
             continue
-        per_round.setdefault(int(row["round"]) + 1, []).append(float(value))
-    x = np.array(sorted(per_round))
-    return x, np.array([np.mean(per_round[i]) for i in x])
+        per.setdefault(row["variant"], {}).setdefault(int(row["round"]) + 1, []).append(float(value))
+        seeds.setdefault(row["variant"], set()).add(row["seed"])
+    out = {}
+    for v, by_round in per.items():
+        x = np.array(sorted(by_round))
+        vals = [np.array(by_round[i]) for i in x]
+        out[v] = (x, np.array([a.mean() for a in vals]), np.array([a.std() for a in vals]), len(seeds[v]))
+    return out
 
 
 def plot_curves(folders: dict[str, Path], column: str, out: Path) -> Path:
-    """One panel per setting: ``column`` (mean over seeds) against the round, one line per variant.
+    """One panel per setting: ``column`` against the round, mean over seeds with a ± std band, one line per variant.
 
-    A variant keeps its colour in every panel, and one legend below the panels names them all (settings
-    may run different variants, e.g. FedSUM's Cases 1–4 beside P1–P3).
+    A variant keeps its colour in every panel, and one legend below the panels names them all with their
+    number of seeds (settings may run different variants, e.g. FedSUM's Cases 1–4 beside P1–P3).
     """
     import matplotlib
 
@@ -152,18 +358,25 @@ def plot_curves(folders: dict[str, Path], column: str, out: Path) -> Path:
     colour = {v: cmap(i % cmap.N) for i, v in enumerate(every)}
     n = len(folders)
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False)
-    lines = {}
+    lines, n_seeds = {}, {}
     for ax, (name, folder) in zip(axes[0], folders.items()):
+        curves = _curves(folder, column)
         for v in per_setting[name]:
-            x, y = _mean_curve(folder, v, column)
-            lines[v], = ax.plot(x, y, lw=1.1, color=colour[v], label=v)
+            if v not in curves:
+                continue
+            x, mean, std, k = curves[v]
+            lines[v], = ax.plot(x, mean, lw=1.1, color=colour[v])
+            ax.fill_between(x, mean - std, mean + std, color=colour[v], alpha=0.2, lw=0)
+            n_seeds.setdefault(v, set()).add(k)
         ax.set_title(name)
         ax.set_xlabel("round")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel(f"server test {column} (mean over seeds)")
-    ncol = min(len(every), max(2, 2 * n))
-    fig.legend([lines[v] for v in every], every, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
-    rows = math.ceil(len(every) / ncol)
+    axes[0][0].set_ylabel(f"server test {column}\n(mean ± std over seeds)")
+    shown = [v for v in every if v in lines]
+    labels = [_legend_label(v, n_seeds[v]) for v in shown]
+    ncol = max(1, min(len(shown), max(2, 2 * n)))
+    fig.legend([lines[v] for v in shown], labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    rows = math.ceil(max(1, len(shown)) / ncol)
     fig.tight_layout(rect=(0, 0.06 * rows + 0.02, 1, 1))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
@@ -171,15 +384,17 @@ def plot_curves(folders: dict[str, Path], column: str, out: Path) -> Path:
     return out
 
 
+def _legend_label(variant: str, seed_counts: set[int]) -> str:
+    """``K=5 (3 seeds)``; a variant run with different numbers of seeds in different panels shows the range."""
+    lo, hi = min(seed_counts), max(seed_counts)
+    return f"{variant} ({lo if lo == hi else f'{lo}–{hi}'} seed{'s' * (hi > 1)})"
+
+
 def _selection_counts(folder: Path) -> dict[str, np.ndarray]:
-    """Per variant: every client's ``times_selected``, averaged over seeds (from ``clients.csv``)."""
-    path = folder / "clients.csv"
-    if not path.is_file():
-        raise DataError(f"{folder}: no clients.csv; selection counts need a finished run folder")
+    """Per variant: every client's ``times_selected``, averaged over seeds (from the clients table)."""
     acc: dict[str, dict[int, list[float]]] = {}
-    with open(path, newline="") as fh:
-        for row in csv.DictReader(fh):
-            acc.setdefault(row["variant"], {}).setdefault(int(row["client"]), []).append(float(row["times_selected"]))
+    for row in read_run_table(folder, "clients"):
+        acc.setdefault(row["variant"], {}).setdefault(int(row["client"]), []).append(float(row["times_selected"]))
     return {v: np.array([np.mean(per[c]) for c in sorted(per)]) for v, per in acc.items()}
 
 
@@ -213,16 +428,26 @@ def plot_selection_counts(folder: Path, out: Path) -> Path:
 
 def write_report(folders: list[Path], out: Path, metrics: list[str], title: str, command: str | None = None,
                  elapsed_s: float | None = None, curve: str | None = "loss", notes: str | None = None,
-                 percent_of: str | None = None, counts: list[str] | None = None) -> Path:
+                 percent_of: str | None = None, counts: list[str] | None = None, baseline: str | None = None,
+                 paired: list[str] | None = None) -> Path:
     """Write the markdown page ``out`` (and its plots beside it) for the run ``folders``.
 
     ``counts`` names settings (folder names) whose per-client selection counts are drawn as well.
+    ``paired`` metrics (default: those of :data:`PAIRED_BY_DEFAULT` the page tabulates) get per-seed
+    differences from ``baseline`` (default: the first variant of the first folder).
     """
     summaries = {Path(f).name: load_runs(Path(f)) for f in folders}
     by_name = {Path(f).name: Path(f) for f in folders}
     for name in counts or []:
         if name not in by_name:
             raise DataError(f"--counts {name}: not one of the run folders ({', '.join(by_name)})")
+    variants = list(dict.fromkeys(r["variant"] for s in summaries.values() for r in s["runs"]))
+    if baseline is not None and baseline not in variants:
+        raise ConfigError("--baseline", baseline, f"not a variant of these run folders; choose one of: "
+                                                  f"{', '.join(variants)}")
+    baseline = baseline if baseline is not None else (variants[0] if variants else None)
+    paired = [m for m in metrics if m in PAIRED_BY_DEFAULT] if paired is None else paired
+    targets = {name: load_targets(folder) for name, folder in by_name.items()}
     first = next(iter(summaries.values()))
     seeds = sorted({r["seed"] for s in summaries.values() for r in s["runs"]})
     cpu_s = sum(r.get("wall_s", 0.0) for s in summaries.values() for r in s["runs"])
@@ -243,11 +468,26 @@ def write_report(folders: list[Path], out: Path, metrics: list[str], title: str,
             lines += [f"**{name} is an incomplete run** ({len(s['runs'])} of {len(s['runs']) + len(s['incomplete'])} "
                       f"units finished; tables show the finished ones). Unfinished: {left}.", ""]
     for m in metrics:
+        marks = Footnotes()
         lines += [f"## {m} ({'lower' if m in LOWER_IS_BETTER else 'higher'} is better; mean ± std over seeds)", "",
-                  metric_table(summaries, m, percent_of), ""]
+                  metric_table(summaries, m, percent_of, marks, targets), marks.markdown()]
+    if paired and len(variants) > 1:
+        from scipy import stats
+
+        lines += [f"## Paired differences from {baseline} (per seed, {100 * CONFIDENCE:g} % paired t interval)", "",
+                  PAIRING.format(baseline=baseline, pct=100 * CONFIDENCE, q=(1 + CONFIDENCE) / 2), ""]
+        if max(len({r["seed"] for r in s["runs"]}) for s in summaries.values()) == 1:
+            t3 = stats.t.ppf((1 + CONFIDENCE) / 2, 2)
+            lines += ["These run folders hold one seed each, so no interval can be given: run more seeds "
+                      f"(e.g. `--set seeds=[0,1,2]`; the t quantile for 3 seeds is {t3:.3f}).", ""]
+        for m in paired:
+            marks = Footnotes()
+            lines += [f"### {m}: variant − {baseline} ({'lower' if m in LOWER_IS_BETTER else 'higher'} is better)", "",
+                      paired_table(summaries, m, baseline, marks, targets), marks.markdown()]
     if curve:
         img = plot_curves({Path(f).name: Path(f) for f in folders}, curve, out.with_suffix("") / f"{curve}.png")
-        lines += [f"## Server test {curve} against rounds", "", f"![]({out.stem}/{img.name})", ""]
+        lines += [f"## Server test {curve} against rounds (mean over seeds, band: ± std; seeds per variant in the "
+                  "legend)", "", f"![]({out.stem}/{img.name})", ""]
     for name in counts or []:
         img = plot_selection_counts(by_name[name], out.with_suffix("") / f"counts_{name}.png")
         lines += [f"## Selection counts per client, {name}", "", f"![]({out.stem}/{img.name})", ""]

@@ -10,6 +10,7 @@ component package.
 from __future__ import annotations
 
 import copy
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Protocol
@@ -17,7 +18,7 @@ from typing import Any, Mapping, Protocol
 import yaml
 from pydantic import BaseModel
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ConfigWarning
 from ..registry import Registry
 from ..training.config import TrainConfig
 from .components import validate_component, validate_model
@@ -188,11 +189,19 @@ def expand(raw: dict[str, Any], catalogue: Catalogue, overrides: dict[str, Any] 
     if not base.config.variants:
         return [ResolvedExperiment("base", base.config, base.train, base.components)]
     out = []
+    reached: set[str] = set()
     for v in base.config.variants:
         merged = apply_overrides({k: val for k, val in raw.items() if k != "variants"}, v.set,
                                  where=f"variants[{v.name}].")
-        merged = apply_overrides(merged, _reapplied(overrides or {}, v.set, merged, catalogue.registries()))
+        again = _reapplied(overrides or {}, v.set, merged, catalogue.registries())
+        reached.update(again)
+        merged = apply_overrides(merged, again)
         if "variants" in v.set or any(str(k).startswith("variants.") for k in v.set):
             raise ConfigError(f"variants[{v.name}].set", v.set, "a variant cannot define variants")
         out.append(resolve(merged, catalogue, v.name, prefix=f"variants[{v.name}]."))
+    for key in overrides or {}:
+        if key not in reached and key != "variants" and not key.startswith("variants."):
+            warnings.warn(ConfigWarning(f"--set {key} reaches no variant: every variant sets {key} itself or its "
+                                        "component has no such option; the run goes on without it (set it in "
+                                        "the variants instead)"), stacklevel=2)
     return out

@@ -36,21 +36,27 @@ from .base import StrictModel
 
 
 class EvalConfig(StrictModel):
+    """When and how the server model is evaluated, and the target the *_to_target metrics count to."""
+
     every: int = Field(1, ge=1, description="evaluate on the server test set every n rounds (and after the last)")
     per_client: bool = Field(False, description="also evaluate every client's local test part at the end")
     target_accuracy: float | None = Field(None, gt=0.0, le=1.0, description="report rounds/time/bytes to reach it")
-    batch_size: int = Field(2048, ge=1)
+    batch_size: int = Field(2048, ge=1, description="test samples per evaluation forward pass")
     centralized_baseline: bool = Field(False, description="also train the model on the union of client training "
                                                           "data and report its test accuracy (a ceiling)")
-    centralized_epochs: int = Field(30, ge=1)
+    centralized_epochs: int = Field(30, ge=1, description="epochs of the centralized_baseline training")
 
 
 class OutputConfig(StrictModel):
-    plots: bool = True
-    progress: bool = True
+    """What a run shows and draws besides its tables."""
+
+    plots: bool = Field(True, description="draw accuracy_vs_*.png in the run folder")
+    progress: bool = Field(True, description="show a progress bar (also off with `turnout run --quiet`)")
 
 
 class RuntimeConfig(StrictModel):
+    """Resources the simulation may use: CPU threads, and RAM for per-client state before it spills to disk."""
+
     torch_threads: int = Field(1, ge=1, le=256, description="intra-op threads; 1 is fastest for small models")
     state_budget_mb: float = Field(1024.0, gt=0.0, description="RAM for per-client model-sized state (control "
                                    "variates, memories, residuals); beyond it rows spill to a memory-mapped file")

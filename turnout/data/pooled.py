@@ -23,9 +23,11 @@ from .registry import PARTITIONERS
 class PooledSplitConfig(StrictModel):
     """Options shared by every dataset that needs a partitioner."""
 
-    num_clients: int = Field(100, ge=1, le=10_000_000)
-    partition: dict[str, Any] = Field(default_factory=lambda: {"name": "iid"})
-    client_test_fraction: float = Field(0.1, ge=0.0, lt=1.0)
+    num_clients: int = Field(100, ge=1, le=10_000_000, description="clients the training pool is divided over")
+    partition: dict[str, Any] = Field(default_factory=lambda: {"name": "iid"}, description="partitioner block "
+                                      "{name: ..., options}; see `turnout list data.partition`")
+    client_test_fraction: float = Field(0.1, ge=0.0, lt=1.0, description="share of each client's rows kept as "
+                                        "its local test part")
 
     @model_validator(mode="after")
     def _check_partition(self):

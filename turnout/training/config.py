@@ -13,7 +13,8 @@ from ..config.base import StrictModel
 class LRSchedule(StrictModel):
     """Client learning rate as a function of the round (FL papers decay it per round, not per step)."""
 
-    name: Literal["constant", "step", "exponential", "cosine", "inverse_sqrt"] = "constant"
+    name: Literal["constant", "step", "exponential", "cosine", "inverse_sqrt"] = Field(
+        "constant", description="shape of the decay over rounds")
     gamma: float = Field(0.5, gt=0.0, le=1.0, description="decay factor (step: per step_size rounds; exponential: per round)")
     step_size: int = Field(50, ge=1, description="rounds between decays for 'step'")
     min_lr: float = Field(0.0, ge=0.0, description="floor of 'cosine'")
@@ -36,15 +37,15 @@ class LRSchedule(StrictModel):
 class TrainConfig(StrictModel):
     """How a selected client trains: E local steps (or epochs) of minibatch SGD."""
 
-    batch_size: int = Field(10, ge=1)
+    batch_size: int = Field(10, ge=1, description="samples per local SGD step")
     local_steps: int | None = Field(None, ge=1, description="SGD steps per round (default 10 when local_epochs is unset)")
     local_epochs: float | None = Field(None, gt=0.0, description="passes over local data per round (alternative to local_steps)")
-    lr: float = Field(0.01, gt=0.0, le=100.0)
-    momentum: float = Field(0.0, ge=0.0, lt=1.0)
-    nesterov: bool = False
-    weight_decay: float = Field(0.0, ge=0.0)
+    lr: float = Field(0.01, gt=0.0, le=100.0, description="client learning rate at round 0 (see lr_schedule)")
+    momentum: float = Field(0.0, ge=0.0, lt=1.0, description="local SGD momentum, reset every round")
+    nesterov: bool = Field(False, description="Nesterov momentum (needs momentum > 0)")
+    weight_decay: float = Field(0.0, ge=0.0, description="L2 penalty added to the local gradient")
     grad_clip: float | None = Field(None, gt=0.0, description="clip each step's gradient to this global L2 norm")
-    lr_schedule: LRSchedule = LRSchedule()
+    lr_schedule: LRSchedule = Field(LRSchedule(), description="client lr as a function of the round")
 
     @model_validator(mode="after")
     def _steps_or_epochs(self):
