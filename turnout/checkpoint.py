@@ -48,8 +48,13 @@ def _write(path: Path, write) -> None:
         os.fsync(f.fileno())
 
 
-def save(unit_dir: Path, state: Any, info: dict) -> Path:
-    """Write ``state`` (a state tree) and ``info`` (JSON-able) as the unit's checkpoint; returns its folder."""
+def save(unit_dir: Path, state: Any, info: dict, rows_text: str = "") -> Path:
+    """Write ``state`` (a state tree), ``info`` (JSON-able) and the unit's rows so far (``rows.jsonl`` text)
+    as the unit's checkpoint; returns its folder.
+
+    The rows travel with the state because a worker's rows reach the run folder's ``rounds.jsonl``
+    asynchronously: the checkpoint, not that file, is what a resumed unit starts from.
+    """
     unit_dir = Path(unit_dir)
     arrays, meta = encode_state(state)
     tmp = unit_dir / f"{TMP_PREFIX}{os.getpid()}"
@@ -59,6 +64,7 @@ def save(unit_dir: Path, state: Any, info: dict) -> Path:
     _write(tmp / "arrays.npz", lambda f: np.savez(f, **{k: v for k, v in arrays.items() if k not in big}))
     for key in big:
         _write(tmp / f"{key}.npy", lambda f, key=key: np.save(f, arrays[key], allow_pickle=False))
+    _write(tmp / "rows.jsonl", lambda f: f.write(rows_text.encode()))
     faults.point("checkpoint-arrays")
     doc = {"format": FORMAT, "info": info, "big_arrays": big, "state": meta}
     _write(tmp / "state.json", lambda f: f.write(json.dumps(doc, allow_nan=False).encode()))
@@ -74,8 +80,8 @@ def save(unit_dir: Path, state: Any, info: dict) -> Path:
     return current
 
 
-def load(unit_dir: Path) -> tuple[Any, dict] | None:
-    """``(state, info)`` of the unit's latest complete checkpoint, or ``None`` when it has none."""
+def load(unit_dir: Path) -> tuple[Any, dict, str] | None:
+    """``(state, info, rows_text)`` of the unit's latest complete checkpoint, or ``None`` when it has none."""
     for name in (CURRENT, PREVIOUS):
         folder = Path(unit_dir) / name
         if (folder / "state.json").is_file():
@@ -83,7 +89,7 @@ def load(unit_dir: Path) -> tuple[Any, dict] | None:
     return None
 
 
-def _read(folder: Path) -> tuple[Any, dict]:
+def _read(folder: Path) -> tuple[Any, dict, str]:
     doc = json.loads((folder / "state.json").read_text())
     if doc.get("format") != FORMAT:
         raise ValueError(f"{folder}: checkpoint format {doc.get('format')!r}, this turnout reads {FORMAT}")
@@ -91,7 +97,7 @@ def _read(folder: Path) -> tuple[Any, dict]:
         arrays = {k: npz[k] for k in npz.files}
     for key in doc["big_arrays"]:
         arrays[key] = np.load(folder / f"{key}.npy", mmap_mode="r", allow_pickle=False)
-    return decode_state(arrays, doc["state"]), doc["info"]
+    return decode_state(arrays, doc["state"]), doc["info"], (folder / "rows.jsonl").read_text()
 
 
 def remove(unit_dir: Path) -> None:

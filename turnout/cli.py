@@ -39,20 +39,33 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="turnout", description="Federated-learning simulation under realistic client participation.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    run = sub.add_parser("run", help="run an experiment (all variants × seeds) and write a run folder")
-    run.add_argument("config", help="experiment YAML file")
+    run = sub.add_parser("run", help="run experiments (all variants × seeds) and write a run folder each")
+    run.add_argument("config", nargs="+", help="experiment YAML file(s); several run as one sweep")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config value, e.g. --set selector.clients_per_round=20 (repeatable)")
     where = run.add_mutually_exclusive_group()
     where.add_argument("--out", type=Path, default=None,
-                       help="new run folder (default: runs/<name>-<timestamp>-<random>); must not exist")
+                       help="new run folder (default: runs/<name>-<timestamp>-<random>); must not exist; with "
+                            "several files, a parent folder holding one run folder per experiment")
     where.add_argument("--resume", type=Path, default=None, metavar="DIR",
                        help="continue the unfinished run in DIR (CONFIG and --set must resolve to what it started with)")
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
-    res = sub.add_parser("resume", help="continue an interrupted run from its last checkpoints")
-    res.add_argument("resume", type=Path, metavar="DIR", help="the run folder (DIR or DIR.partial)")
-    res.add_argument("--quiet", action="store_true", help="no progress bar")
-    res.set_defaults(config=None, overrides=[], out=None)
+    run.add_argument("--variant", action="append", default=[], metavar="NAME",
+                     help="run only this variant (repeatable)")
+    run.add_argument("--seed", action="append", default=[], type=int, metavar="S",
+                     help="run only this seed of the experiment's seeds (repeatable)")
+    res = sub.add_parser("resume", help="continue interrupted runs from their last checkpoints")
+    res.add_argument("resume", type=Path, nargs="+", metavar="DIR", help="run folder(s) (DIR or DIR.partial)")
+    res.set_defaults(config=None, overrides=[], out=None, variant=[], seed=[])
+    for p_ in (run, res):
+        p_.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="units run at once: N > 1 uses N local worker processes (default 1: this process)")
+        p_.add_argument("--backend", choices=("local", "ray"), default="local",
+                        help="local (this machine; see --jobs) or ray (one Ray task per unit; pip install "
+                             "'turnout[ray]')")
+        p_.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
+        p_.add_argument("--retries", type=int, default=2, metavar="K",
+                        help="rerun a unit whose worker died up to K times, from its last checkpoint (default 2)")
+        p_.add_argument("--quiet", action="store_true", help="no progress bar")
     chk = sub.add_parser("check", help="validate an experiment without running it and print the resolved variants")
     chk.add_argument("config", help="experiment YAML file")
     chk.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -275,32 +288,74 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .composition import expand
-    from .config.loader import parse_override, read_yaml
-    from .experiment import run_experiment
+    from .experiment import open_experiment, run_opened
     from .progress import ProgressBar
+    from .sweep import make_backend
+
+    if args.jobs < 1:
+        raise ConfigError("--jobs", args.jobs, "must be >= 1")
+    if args.retries < 0:
+        raise ConfigError("--retries", args.retries, "must be >= 0")
+    backend = make_backend(args.backend, args.jobs, args.retries, args.address)
+    specs = _run_specs(args, expand)  # validated, outputs checked: nothing is created before this succeeds
+    _BOUNDARY.folder = specs[0][2] or specs[0][3]
+    opened = []
+    try:
+        for variants, experiment, out, resume in specs:
+            opened.append(open_experiment(variants, experiment, out=out, resume=resume, expand=expand))
+    except BaseException:
+        for o in opened:  # nothing has run yet: new folders go, resumed ones are released untouched
+            o.folder.discard() if o.created else o.folder.release()
+        raise
+    quiet = args.quiet or not opened[0].plan.variants[0].config.output.progress
+    with _stop_on_signals() as stop, ProgressBar(disable=quiet) as bar:
+        results = run_opened(opened, backend, bar, stop)
+    for folder, summary in results:
+        if len(results) > 1:
+            print(f"{summary['name']}:")
+        for line in outcome_lines(summary):
+            print(line)
+        print(f"run folder: {folder}")
+    return 0
+
+
+def _run_specs(args: argparse.Namespace, expand) -> list[tuple]:
+    """(variants, experiment, out, resume) per experiment of the command line, validated before anything runs."""
+    from .config.loader import parse_override, read_yaml
+    from .experiment import expand_experiment
     from .rundir import check_out, default_out_dir
 
-    resume = getattr(args, "resume", None)
-    if args.config is None:  # `turnout resume DIR`: the folder's stored experiment is the source of truth
-        variants, experiment = None, None
-    else:
-        raw = read_yaml(args.config)
-        overrides = dict(parse_override(o) for o in args.overrides)
-        variants = expand(raw, overrides)
-        experiment = {"raw": raw, "overrides": overrides}
-    out = None
-    if resume is None:
-        out = args.out or default_out_dir(variants[0].config.name)
-        check_out(out)  # a taken or impossible --out fails before datasets are built, not after
-    _BOUNDARY.folder = out if resume is None else resume
-    quiet = args.quiet or (variants is not None and not variants[0].config.output.progress)
-    with _stop_on_signals() as stop, ProgressBar(disable=quiet) as bar:
-        folder, summary = run_experiment(variants, experiment, out=out, resume=resume, expand=expand,
-                                         progress=bar, stop=stop)
-    for line in outcome_lines(summary):
-        print(line)
-    print(f"run folder: {folder}")
-    return 0
+    if args.config is None:  # `turnout resume DIR...`: each folder's stored experiment is the source of truth
+        return [(None, None, None, d) for d in args.resume]
+    if args.resume is not None and len(args.config) > 1:
+        raise ConfigError("--resume", str(args.resume), "resumes one run folder; give one CONFIG (or use "
+                                                        "`turnout resume DIR...` for several)")
+    overrides = dict(parse_override(o) for o in args.overrides)
+    specs, names = [], {}
+    for path in args.config:
+        experiment = {"raw": read_yaml(path), "overrides": dict(overrides), "only": list(args.variant) or None}
+        variants = expand_experiment(experiment, expand)
+        if args.seed:
+            seeds = variants[0].config.seeds
+            bad = [s for s in args.seed if s not in seeds]
+            if bad:
+                raise ConfigError("--seed", bad[0], f"not one of the experiment's seeds {seeds}")
+            experiment["overrides"]["seeds"] = [s for s in seeds if s in args.seed]
+            variants = expand_experiment(experiment, expand)
+        name = variants[0].config.name
+        if args.resume is not None:
+            specs.append((variants, experiment, None, args.resume))
+            continue
+        if args.out is None:
+            out = default_out_dir(name)
+        elif len(args.config) == 1:
+            out = args.out
+        else:  # several experiments: one run folder each under --out
+            names[name] = names.get(name, 0) + 1
+            out = args.out / (name if names[name] == 1 else f"{name}-{names[name]}")
+        check_out(out)  # a taken or impossible --out fails before any dataset is built
+        specs.append((variants, experiment, out, None))
+    return specs
 
 
 def outcome_lines(summary: dict) -> list[str]:

@@ -17,28 +17,25 @@ from __future__ import annotations
 import json
 import platform
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 import yaml
 
-from . import __version__, faults
+from . import __version__
 from .baselines import centralized_accuracy
 from .config.loader import ResolvedExperiment
 from .data.federated import FederatedDataset
 from .engine import build_model
 from .errors import ConfigError, DataError, TurnoutError
 from .metrics import comparison_rows, cumulate
-from .observers import Callback
 from .plots import plot_accuracy
 from .progress import ProgressBar
 from .recorders.base import rows_to_columns
 from .rundir import RunFolder, atomic_write_text
-from .unit import StopFlag, is_done, jsonable, read_clients, read_rows, read_summary, run_unit
+from .unit import StopFlag, jsonable, read_clients, read_rows, read_summary
 
 
 def versions() -> dict[str, str]:
@@ -143,11 +140,13 @@ def units_of(plan: Plan) -> list[Unit]:
 class RunInterrupted(TurnoutError):
     """A run stopped on request (SIGINT/SIGTERM) after checkpointing; the message says how to resume."""
 
-    def __init__(self, folder: RunFolder, stop: StopFlag, done: int, total: int, current: str | None):
-        self.folder, self.stop_signal, reason = folder, stop.signal, stop.reason
-        where = f"; {current}" if current else ""
-        super().__init__(f"{reason}: {done} of {total} units finished{where}, saved in {folder.path}; "
-                         f"resume with: turnout resume {folder.out}")
+    def __init__(self, folders: list[RunFolder], stop: StopFlag, done: int, total: int, checkpointed: list[str]):
+        self.folders, self.stop_signal, reason = folders, stop.signal, stop.reason or "stopped"
+        where = f"; {', '.join(checkpointed[:3])}" + (f" and {len(checkpointed) - 3} more" if len(checkpointed) > 3
+                                                      else "") if checkpointed else ""
+        saved = ", ".join(str(f.path) for f in folders)
+        resume = " and ".join(f"turnout resume {f.out}" for f in folders)
+        super().__init__(f"{reason}: {done} of {total} units finished{where}, saved in {saved}; resume with: {resume}")
 
 
 def resolved_config(plan: Plan) -> dict:
@@ -160,35 +159,6 @@ def start_folder(folder: RunFolder, plan: Plan, experiment: dict) -> None:
     """Record what is being run: the experiment as given (for resume) and the resolved config."""
     folder.write_json("experiment.json", experiment)
     atomic_write_text(folder.path / "config.yaml", yaml.safe_dump(resolved_config(plan), sort_keys=False))
-
-
-def run_plan(plan: Plan, folder: RunFolder, progress: ProgressBar | None = None, stop: StopFlag | None = None) -> dict:
-    """Run (or continue) every unit of ``plan`` in ``folder``, then build the tables; returns the summary.
-
-    Raises :class:`RunInterrupted` when ``stop`` is requested (the unit in progress is checkpointed).
-    """
-    stop = stop or StopFlag()
-    units = units_of(plan)
-    torch.set_num_threads(plan.variants[0].config.runtime.torch_threads)
-    centralized: dict[tuple, float] = {}  # the ceiling depends on data, model, train and seed only
-    observers = [] if progress is None else [Callback(progress)]
-    if progress is not None:
-        finished = {(u.variant, u.seed) for u in units if is_done(folder.unit_dir(u.index, u.variant, u.seed))}
-        progress.start([(u.variant, u.seed, u.exp.config.rounds) for u in units], finished)
-    for i, unit in enumerate(units):
-        if i:
-            faults.point("between-units")
-        unit_dir = folder.unit_dir(unit.index, unit.variant, unit.seed)
-        if stop.requested:
-            raise RunInterrupted(folder, stop, i, len(units), None)
-        data = plan.dataset_for(unit.exp, unit.seed)
-        outcome = run_unit(unit.exp, data, unit.seed, unit_dir, stop, observers,
-                           centralized=lambda u=unit, d=data: _centralized(u, d, centralized))
-        if not outcome.done:
-            raise RunInterrupted(folder, stop, i, len(units),
-                                 f"{unit.variant} seed {unit.seed} checkpointed at round "
-                                 f"{outcome.next_round}/{outcome.rounds}")
-    return finalize(plan, folder)
 
 
 def _centralized(unit: Unit, data: FederatedDataset, cache: dict) -> float | None:
@@ -291,7 +261,7 @@ def open_resume(given: Path, expected_variants: list[ResolvedExperiment] | None,
         folder.release()
         raise ConfigError("resume", str(given), f"its experiment.json/config.yaml cannot be read ({exc})") from None
     try:
-        variants = expand(stored["raw"], stored["overrides"]) if expected_variants is None else expected_variants
+        variants = expand_experiment(stored, expand) if expected_variants is None else expected_variants
         now = {v.variant: v.as_dict() for v in variants}
         diff = first_difference(saved, now)
         if diff is not None:
@@ -313,32 +283,76 @@ def _lookup(tree, dotted: str):
     return tree
 
 
-def run_experiment(variants: list[ResolvedExperiment], experiment: dict, out: Path | None = None,
-                   resume: Path | None = None, expand=None, progress: ProgressBar | None = None,
-                   stop: StopFlag | None = None) -> tuple[Path, dict]:
-    """Start (``out``) or resume (``resume``) an experiment durably; returns (run folder, summary).
+def expand_experiment(experiment: dict, expand) -> list[ResolvedExperiment]:
+    """The variants of a stored experiment: ``raw`` expanded with ``overrides``, kept to ``only`` (names) if set."""
+    variants = expand(experiment["raw"], experiment.get("overrides") or {})
+    return select_variants(variants, experiment.get("only"))
 
-    ``experiment`` is ``{"raw": dict, "overrides": {key: value}}``: what resume re-expands.
-    A run that fails before its first unit starts leaves no folder behind.
+
+def select_variants(variants: list[ResolvedExperiment], only: list[str] | None) -> list[ResolvedExperiment]:
+    """The variants named in ``only`` (``--variant``), in the experiment's order; all when ``only`` is empty."""
+    if not only:
+        return variants
+    names = [v.variant for v in variants]
+    unknown = [n for n in only if n not in names]
+    if unknown:
+        raise ConfigError("--variant", unknown[0], f"no such variant; choose from: {', '.join(names)}")
+    return [v for v in variants if v.variant in only]
+
+
+@dataclass
+class Opened:
+    """An experiment ready to run: its plan (datasets built) and its locked run folder."""
+
+    plan: Plan
+    folder: RunFolder
+    experiment: dict
+    created: bool  # a new folder (False: an unfinished one reopened)
+
+
+def open_experiment(variants: list[ResolvedExperiment] | None, experiment: dict | None, out: Path | None = None,
+                    resume: Path | None = None, expand=None) -> Opened:
+    """Create (``out``) or reopen (``resume``) the run folder of an experiment and prepare its plan.
+
+    ``experiment`` is ``{"raw": dict, "overrides": {key: value}, "only": [names] | None}``: what resume
+    re-expands. A new run that fails before its first unit starts leaves no folder behind.
     """
     if resume is not None:
         folder, variants = open_resume(resume, variants, expand)
         try:
             plan = prepare(variants)
+            return Opened(plan, folder, folder.read_json("experiment.json"), created=False)
         except BaseException:
             folder.release()
             raise
-    else:
-        folder = RunFolder.create(out)
-        try:
-            plan = prepare(variants)
-            check_buildable(plan)
-            start_folder(folder, plan, experiment)
-        except BaseException:
-            folder.discard()
-            raise
+    folder = RunFolder.create(out)
     try:
-        summary = run_plan(plan, folder, progress, stop)
+        plan = prepare(variants)
+        check_buildable(plan)
+        start_folder(folder, plan, experiment)
+    except BaseException:
+        folder.discard()
+        raise
+    return Opened(plan, folder, experiment, created=True)
+
+
+def run_opened(opened: list[Opened], backend=None, progress: ProgressBar | None = None,
+               stop: StopFlag | None = None) -> list[tuple[Path, dict]]:
+    """Run every unit of the opened experiments as one sweep; returns (run folder, summary) per experiment."""
+    from .sweep import make_backend, run_sweep
+
+    torch.set_num_threads(opened[0].plan.variants[0].config.runtime.torch_threads)
+    try:
+        summaries = run_sweep([(o.plan, o.folder, o.experiment) for o in opened], backend or make_backend("inline"),
+                              stop or StopFlag(), progress)
     finally:
-        folder.release()
-    return folder.path, summary
+        for o in opened:
+            o.folder.release()
+    return [(o.folder.path, s) for o, s in zip(opened, summaries)]
+
+
+def run_experiment(variants: list[ResolvedExperiment] | None, experiment: dict | None, out: Path | None = None,
+                   resume: Path | None = None, expand=None, progress: ProgressBar | None = None,
+                   stop: StopFlag | None = None, backend=None) -> tuple[Path, dict]:
+    """Start (``out``) or resume (``resume``) one experiment durably; returns (run folder, summary)."""
+    return run_opened([open_experiment(variants, experiment, out, resume, expand)], backend, progress, stop)[0]

@@ -8,7 +8,8 @@ point is reached, counting from 1 in this process). Unset â€” the normal case â€
 dictionary lookup per point. Points: ``round`` (a round's row was appended), ``checkpoint-arrays``
 (checkpoint arrays written, metadata not yet), ``checkpoint-swap`` (between retiring the old
 checkpoint and installing the new one), ``unit-done`` (a unit's tables written, before it is
-marked finished), ``between-units``.
+marked finished), ``between-units``. With ``TURNOUT_CRASH_ONCE=FILE`` the crash happens only in the
+first process to get there (it creates FILE), so a unit retried by a fresh worker goes on.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import os
 import signal
 
-ENV = "TURNOUT_CRASH_AT"
+ENV, ONCE = "TURNOUT_CRASH_AT", "TURNOUT_CRASH_ONCE"
 _counts: dict[str, int] = {}
 
 
@@ -30,4 +31,10 @@ def point(name: str) -> None:
         return
     _counts[name] = _counts.get(name, 0) + 1
     if _counts[name] == (int(nth) if nth else 1):
+        once = os.environ.get(ONCE)
+        if once:
+            try:
+                os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                return  # another process already crashed here
         os.kill(os.getpid(), signal.SIGKILL)

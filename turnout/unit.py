@@ -34,10 +34,13 @@ ROWS, CLIENTS, SUMMARY, IDENTITY = "rounds.jsonl", "clients.jsonl", "summary.jso
 
 
 class StopFlag:
-    """Set from a signal handler (or another thread) to ask the running unit to checkpoint and stop."""
+    """Set from a signal handler (or another thread) to ask the running unit to checkpoint and stop.
 
-    def __init__(self):
-        self._event = threading.Event()
+    ``event`` may be a ``multiprocessing`` event shared with worker processes.
+    """
+
+    def __init__(self, event=None):
+        self._event = event if event is not None else threading.Event()
         self.reason = ""
         self.signal = None  # the signal that asked (SIGINT → exit 130, SIGTERM → 143)
 
@@ -101,31 +104,69 @@ def read_clients(unit_dir: Path) -> dict[str, list]:
     return cols
 
 
-class _RowWriter(Observer):
-    """Appends each finished round's row to ``rounds.jsonl`` and flushes it."""
+class FileSink:
+    """Writes a unit's folder: ``unit.json``, ``rounds.jsonl`` as rows arrive, the tables when it finishes.
 
-    def __init__(self, path: Path):
-        self.f = open(path, "a")
+    This is the side that owns the run folder. A unit run in this process writes through it
+    directly; a unit run by a worker (another process, a Ray task) sends the same calls as messages
+    and the owner applies them here, so the files are the same either way.
+    """
 
-    def after_round(self, round: int, record: RoundRecord) -> None:
-        self.f.write(dump_row(dict(record.row)) + "\n")
+    def __init__(self, unit_dir: Path):
+        self.unit_dir = Path(unit_dir)
+        self.f = None
+
+    def begin(self, identity: dict, rows: list[dict]) -> None:
+        """A (re)start from the unit's checkpoint: ``rows`` are the rounds it has done."""
+        self.unit_dir.mkdir(parents=True, exist_ok=True)
+        if not (self.unit_dir / IDENTITY).is_file():
+            atomic_write_text(self.unit_dir / IDENTITY, json.dumps(identity))
+        atomic_write_text(self.unit_dir / ROWS, "".join(dump_row(r) + "\n" for r in rows))
+        self.close()
+        self.f = open(self.unit_dir / ROWS, "a")
+
+    def row(self, row: dict) -> None:
+        self.f.write(dump_row(row) + "\n")
         self.f.flush()
         faults.point("round")
 
+    def finish(self, clients: dict[str, list], summary: dict) -> None:
+        self.close()
+        n = len(next(iter(clients.values())))
+        atomic_write_text(self.unit_dir / CLIENTS, "".join(
+            json.dumps({k: clients[k][i] for k in clients}) + "\n" for i in range(n)))
+        faults.point("unit-done")
+        atomic_write_text(self.unit_dir / SUMMARY, json.dumps(jsonable(summary), indent=1) + "\n")
+        checkpoint.remove(self.unit_dir)
+
     def close(self) -> None:
-        self.f.close()
+        if self.f is not None:
+            self.f.close()
+            self.f = None
+
+
+class _Rows(Observer):
+    """Keeps the unit's rows (for its checkpoints) and passes each new one to the sink."""
+
+    def __init__(self, rows: list[dict], sink):
+        self.rows, self.sink = rows, sink
+
+    def after_round(self, round: int, record: RoundRecord) -> None:
+        row = dict(record.row)
+        self.rows.append(row)
+        self.sink.row(row)
 
 
 class _Checkpointer(Observer):
     """Checkpoints the simulation when the policy says so, and when a stop is requested (then stops it)."""
 
-    def __init__(self, sim: Simulation, unit_dir: Path, every_rounds: int | None, every_s: float | None,
-                 stop: StopFlag, wall0: float, wall_before: float):
-        self.sim, self.unit_dir, self.stop = sim, unit_dir, stop
-        self.every_rounds, self.every_s = every_rounds, every_s
+    def __init__(self, sim: Simulation, unit_dir: Path, rows: list[dict], stop: StopFlag, wall0: float,
+                 wall_before: float):
+        rc = sim.exp.config.runtime
+        self.sim, self.unit_dir, self.rows, self.stop = sim, unit_dir, rows, stop
+        self.every_rounds, self.every_s = rc.checkpoint_every_rounds, rc.checkpoint_every_s
         self.wall0, self.wall_before = wall0, wall_before
         self.last = time.perf_counter()
-        self.count = 0
 
     def after_round(self, round: int, record: RoundRecord) -> bool:
         due = ((self.every_rounds is not None and (round + 1) % self.every_rounds == 0)
@@ -137,59 +178,49 @@ class _Checkpointer(Observer):
 
     def save(self) -> None:
         info = {"next_round": self.sim.next_round, "wall_s": self.wall_before + time.perf_counter() - self.wall0}
-        checkpoint.save(self.unit_dir, self.sim.state_dict(), info)
+        checkpoint.save(self.unit_dir, self.sim.state_dict(), info, "".join(dump_row(r) + "\n" for r in self.rows))
         self.last = time.perf_counter()
-        self.count += 1
 
 
-def run_unit(exp: ResolvedExperiment, data: FederatedDataset, seed: int, unit_dir: Path, stop: StopFlag,
+def run_unit(exp: ResolvedExperiment, data: FederatedDataset, seed: int, unit_dir: Path, sink, stop: StopFlag,
              observers: list[Observer] = (), centralized: Callable[[], float | None] | None = None) -> UnitOutcome:
-    """Run (or continue) one unit in ``unit_dir``; see the module docstring."""
+    """Run (or continue, from its checkpoint in ``unit_dir``) one unit, reporting to ``sink``.
+
+    ``sink`` receives ``begin(identity, rows_done)``, ``row(row)`` per round and, when the unit
+    finishes, ``finish(clients, summary)`` (see :class:`FileSink`). Returns whether it finished.
+    """
     unit_dir = Path(unit_dir)
     unit_dir.mkdir(parents=True, exist_ok=True)
     cfg = exp.config
-    if is_done(unit_dir):
-        return UnitOutcome(True, read_summary(unit_dir), cfg.rounds, cfg.rounds)
-    if not (unit_dir / IDENTITY).is_file():
-        atomic_write_text(unit_dir / IDENTITY, json.dumps({"variant": exp.variant, "seed": seed, "rounds": cfg.rounds}))
     sim = Simulation(exp, data, seed, scratch_dir=unit_dir / "scratch")
-    wall0, wall_before = time.perf_counter(), 0.0
+    wall0, wall_before, rows = time.perf_counter(), 0.0, []
     saved = checkpoint.load(unit_dir)
-    rows_path = unit_dir / ROWS
     if saved is not None:
-        state, info = saved
+        state, info, rows_text = saved
         sim.load_state_dict(state)
         wall_before = float(info.get("wall_s", 0.0))
-    head = read_rows(rows_path)[: sim.next_round]
-    # the file keeps exactly the rows the checkpoint has seen; later ones are recomputed identically
-    atomic_write_text(rows_path, "".join(dump_row(r) + "\n" for r in head))
-    rc = cfg.runtime
-    writer = _RowWriter(rows_path)
-    ckpt = _Checkpointer(sim, unit_dir, rc.checkpoint_every_rounds, rc.checkpoint_every_s, stop, wall0, wall_before)
+        rows = [json.loads(line) for line in rows_text.splitlines()]
+    sink.begin({"variant": exp.variant, "seed": seed, "rounds": cfg.rounds}, rows)
+    ckpt = _Checkpointer(sim, unit_dir, rows, stop, wall0, wall_before)
     try:
         if stop.requested:  # asked to stop before this unit did anything new
             ckpt.save()
             return UnitOutcome(False, None, sim.next_round, cfg.rounds)
-        tail = sim.advance(observers=[writer, ckpt, *observers])
+        sim.advance(observers=[_Rows(rows, sink), ckpt, *observers])
         if stop.requested:
             return UnitOutcome(False, None, sim.next_round, cfg.rounds)
-        result = sim.result(head + tail, wall_s=wall_before + time.perf_counter() - wall0)
+        result = sim.result(rows, wall_s=wall_before + time.perf_counter() - wall0)
     finally:
-        writer.close()
         sim.close()
+    result = RunResult(result.variant, result.seed, [dict(r) for r in rows], result.clients, result.summary,
+                       result.final_params)
     cumulate(result.rounds)
     if centralized is not None:
         value = centralized()
         if value is not None:
             result.summary["centralized_accuracy"] = value
     summary = summarize(result.variant, result.seed, result.rounds, result.summary, cfg.eval.target_accuracy)
-    n = len(next(iter(result.clients.values())))
-    columns = {k: np.asarray(v).tolist() for k, v in result.clients.items()}
-    atomic_write_text(unit_dir / CLIENTS, "".join(
-        json.dumps({k: columns[k][i] for k in columns}) + "\n" for i in range(n)))
-    faults.point("unit-done")
-    atomic_write_text(unit_dir / SUMMARY, json.dumps(jsonable(summary), indent=1) + "\n")
-    checkpoint.remove(unit_dir)
+    sink.finish({k: np.asarray(v).tolist() for k, v in result.clients.items()}, summary)
     return UnitOutcome(True, summary, cfg.rounds, cfg.rounds, result)
 
 
@@ -208,4 +239,5 @@ def jsonable(obj):
     return obj
 
 
-__all__ = ["run_unit", "StopFlag", "UnitOutcome", "read_rows", "read_summary", "read_clients", "is_done"]
+__all__ = ["run_unit", "FileSink", "StopFlag", "UnitOutcome", "read_rows", "read_summary", "read_clients",
+           "is_done"]

@@ -60,6 +60,9 @@ class RuntimeConfig(StrictModel):
     torch_threads: int = Field(1, ge=1, le=256, description="intra-op threads; 1 is fastest for small models")
     state_budget_mb: float = Field(1024.0, gt=0.0, description="RAM for per-client model-sized state (control "
                                    "variates, memories, residuals); beyond it rows spill to a memory-mapped file")
+    num_cpus: float = Field(1.0, gt=0.0, le=1024.0, description="CPUs a unit asks of Ray (--backend ray)")
+    num_gpus: float = Field(0.0, ge=0.0, le=64.0, description="GPUs a unit asks of Ray (--backend ray; fractions "
+                                                                "share a GPU)")
     checkpoint_every_rounds: int | None = Field(
         None, ge=1, le=1_000_000, description="also checkpoint each unit every this many rounds (null: by time only)")
     checkpoint_every_s: float | None = Field(

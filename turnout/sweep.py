@@ -1,0 +1,374 @@
+"""Run the units of one or more experiments — in this process, in local worker processes, or on Ray.
+
+A sweep is every (variant, seed) unit of every experiment it was given. Units are independent by
+construction, so they can run anywhere, in any order, on any number of workers: each unit's
+numbers are a pure function of its resolved config, its seed and the code. The process that owns
+the run folders (this one) dispatches pending units to a backend and applies what the workers
+send back — rows, finished tables — through each unit's :class:`~turnout.unit.FileSink`; workers
+write only their unit's checkpoints. When every unit of an experiment is done its tables are
+built (:func:`turnout.experiment.finalize`), so the output does not depend on the backend or the
+number of workers.
+
+Backends (:data:`BACKENDS`): ``inline`` (this process; ``--jobs 1``), ``processes`` (``--jobs N``
+spawned worker processes) and ``ray`` (``--backend ray``: one Ray task per unit). A worker that
+dies fails only its unit, which is retried from its last checkpoint up to ``retries`` times, then
+reported; the rest of the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from . import faults
+from .errors import TurnoutError
+from .unit import FileSink, StopFlag, is_done
+
+#: name → backend class; ``--backend NAME`` picks one
+BACKENDS: dict[str, type] = {}
+
+
+def backend(name: str):
+    def deco(cls):
+        BACKENDS[name] = cls
+        cls.name = name
+        return cls
+
+    return deco
+
+
+@dataclass(frozen=True)
+class UnitJob:
+    """Everything a worker needs to run one unit, as plain data (it rebuilds the rest itself)."""
+
+    key: tuple[int, int]  # (experiment index, unit index): unique within the sweep
+    experiment: dict  # {"raw": ..., "overrides": ...}: what the variant is expanded from
+    variant: str
+    seed: int
+    unit_dir: str  # where the unit's checkpoints live (reachable by every worker)
+    torch_threads: int
+    label: str  # "experiment/variant seed s", for messages
+    num_cpus: float = 1.0  # what a Ray task asks for
+    num_gpus: float = 0.0
+
+
+@dataclass
+class SweepState:
+    """The owner's view: a sink per unit, what finished, what failed (with why)."""
+
+    sinks: dict[tuple[int, int], FileSink]
+    done: set = field(default_factory=set)
+    failed: dict[tuple[int, int], str] = field(default_factory=dict)
+    stopped: dict[tuple[int, int], tuple] = field(default_factory=dict)  # unit → (next round, rounds) at its checkpoint
+
+    def apply(self, key, kind: str, payload: Any) -> None:
+        """A worker's message: ``begin`` (identity, rows), ``row`` (row), ``finish`` (clients, summary)."""
+        sink = self.sinks[key]
+        if kind == "begin":
+            sink.begin(*payload)
+        elif kind == "row":
+            sink.row(payload)
+        elif kind == "finish":
+            sink.finish(*payload)
+            self.done.add(key)
+
+
+class UnitsFailed(TurnoutError):
+    """Some units could not be run; the others are done and kept."""
+
+    def __init__(self, failed: dict[str, str], folders: list[Path]):
+        self.failed = failed
+        names = "; ".join(f"{label}: {why}" for label, why in list(failed.items())[:3])
+        more = f" (and {len(failed) - 3} more)" if len(failed) > 3 else ""
+        where = ", ".join(str(f) for f in folders)
+        super().__init__(f"{len(failed)} unit(s) failed — {names}{more}; finished units are kept in {where}: "
+                         "fix the cause and run `turnout resume` on it")
+
+
+# ---- running a unit in a worker ---------------------------------------------------------------
+_DATASETS: dict[str, Any] = {}
+
+
+def rebuild(job: UnitJob):
+    """(resolved variant, dataset) of a job, rebuilt from its plain data — what a worker process does."""
+    import json
+
+    from .composition import expand
+    from .experiment import _data_key, prepare
+
+    exp = next(v for v in expand(job.experiment["raw"], job.experiment["overrides"]) if v.variant == job.variant)
+    key = json.dumps([_data_key(exp), job.seed])
+    if key not in _DATASETS:
+        _DATASETS.clear()  # one dataset at a time per worker: a worker's next unit usually shares it
+        _DATASETS[key] = prepare([exp]).dataset_for(exp, job.seed)
+    return exp, _DATASETS[key]
+
+
+def execute(job: UnitJob, sink, stop: StopFlag, observers=(), resolve=rebuild, centralized: dict | None = None):
+    """Run one unit: its variant and dataset from ``resolve(job)``; returns its :class:`~turnout.unit.UnitOutcome`."""
+    import torch
+
+    from .experiment import Unit, _centralized
+    from .unit import run_unit
+
+    torch.set_num_threads(job.torch_threads)
+    exp, data = resolve(job)
+    cache = {} if centralized is None else centralized
+    return run_unit(exp, data, job.seed, Path(job.unit_dir), sink, stop, list(observers),
+                    centralized=lambda: _centralized(Unit(0, exp, job.seed), data, cache))
+
+
+class ApplyingSink:
+    """The owner's sink for a unit run in its own process: apply each call at once (and show progress)."""
+
+    def __init__(self, state: "SweepState", key, progress):
+        self.state, self.key, self.progress = state, key, progress
+
+    def begin(self, identity: dict, rows: list[dict]) -> None:
+        self.state.apply(self.key, "begin", (identity, rows))
+        if self.progress is not None:
+            self.progress.begin(self.key, len(rows))
+
+    def row(self, row: dict) -> None:
+        self.state.apply(self.key, "row", row)
+        if self.progress is not None:
+            self.progress.round(self.key, row)
+
+    def finish(self, clients: dict, summary: dict) -> None:
+        self.state.apply(self.key, "finish", (clients, summary))
+
+
+class QueueSink:
+    """A worker's sink: every call becomes a message ``(key, kind, payload)`` on a queue to the owner."""
+
+    def __init__(self, put: Callable[[tuple], None], key):
+        self.put, self.key = put, key
+
+    def begin(self, identity: dict, rows: list[dict]) -> None:
+        self.put((self.key, "begin", (identity, rows)))
+
+    def row(self, row: dict) -> None:
+        self.put((self.key, "row", row))
+
+    def finish(self, clients: dict, summary: dict) -> None:
+        self.put((self.key, "finish", (clients, summary)))
+
+
+# ---- backends ------------------------------------------------------------------------------------
+class Backend(ABC):
+    """Runs unit jobs; the owner's :class:`SweepState` receives what they produce."""
+
+    name = "?"
+
+    @abstractmethod
+    def run(self, jobs: list[UnitJob], state: SweepState, stop: StopFlag, progress, resolve=rebuild) -> None:
+        """Run every job (or stop when ``stop`` is requested, each running unit checkpointed)."""
+
+    @staticmethod
+    def _progress(progress, job: UnitJob, kind: str, payload) -> None:
+        if progress is not None and kind == "row":
+            progress.round(job.key, payload)
+        elif progress is not None and kind == "begin":
+            progress.begin(job.key, len(payload[1]))
+
+
+@backend("inline")
+class InlineBackend(Backend):
+    """Every unit in this process, one after the other (``--jobs 1``): the reference."""
+
+    def __init__(self, jobs: int = 1, retries: int = 0, **_):
+        pass
+
+    def run(self, jobs: list[UnitJob], state: SweepState, stop: StopFlag, progress, resolve=rebuild) -> None:
+        centralized: dict = {}  # the centralised ceiling is shared by the units of one population
+        for i, job in enumerate(jobs):
+            if i:
+                faults.point("between-units")
+            if stop.requested:
+                return
+            outcome = execute(job, ApplyingSink(state, job.key, progress), stop, resolve=resolve,
+                              centralized=centralized)
+            if not outcome.done:
+                state.stopped[job.key] = (outcome.next_round, outcome.rounds)
+                return
+
+
+def _worker_main(worker: int, tasks, results, stop_event, parent: int) -> None:
+    """A worker process: run the jobs it is given until told to stop (signals go to the owner)."""
+    import signal
+    import traceback
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides: it checkpoints through stop_event
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    stop = StopFlag(stop_event)
+
+    class _OrphanGuard:
+        """Stops the unit (with a checkpoint) when the owner process is gone."""
+
+        def after_round(self, round, record):
+            if os.getppid() != parent:
+                stop.request("the run's owner process exited")
+            return False
+
+    while True:
+        job = tasks.get()
+        if job is None:
+            return
+        try:
+            outcome = execute(job, QueueSink(results.put, job.key), stop, [_OrphanGuard()])
+            results.put((job.key, "exit" if outcome.done else "stopped", (outcome.next_round, outcome.rounds)))
+        except Exception as exc:  # a unit's own error: report it, keep serving other units
+            text = " ".join(str(exc).split())[:300] or type(exc).__name__
+            results.put((job.key, "error", (f"{type(exc).__name__}: {text}", traceback.format_exc())))
+
+
+@backend("processes")
+class ProcessBackend(Backend):
+    """``--jobs N`` spawned worker processes, each running one unit at a time with its own torch threads."""
+
+    def __init__(self, jobs: int = 2, retries: int = 2, **_):
+        self.workers, self.retries = max(1, int(jobs)), int(retries)
+
+    def run(self, jobs: list[UnitJob], state: SweepState, stop: StopFlag, progress, resolve=rebuild) -> None:
+        import multiprocessing as mp
+        import queue
+
+        ctx = mp.get_context("spawn")
+        results = ctx.Queue()
+        stop_event = ctx.Event()
+        pending = list(jobs)
+        attempts = {j.key: 0 for j in jobs}
+        by_key = {j.key: j for j in jobs}
+        procs: dict[int, Any] = {}
+        inbox: dict[int, Any] = {}
+        busy: dict[int, UnitJob | None] = {}
+
+        def spawn(w: int) -> None:
+            inbox[w] = ctx.Queue()
+            procs[w] = ctx.Process(target=_worker_main, args=(w, inbox[w], results, stop_event, os.getpid()),
+                                   daemon=True, name=f"turnout-worker-{w}")
+            procs[w].start()
+            busy[w] = None
+
+        for w in range(min(self.workers, len(jobs))):
+            spawn(w)
+        try:
+            while pending or any(j is not None for j in busy.values()):
+                if stop.requested and not stop_event.is_set():
+                    stop_event.set()
+                    pending.clear()
+                for w in procs:
+                    if busy[w] is None and pending and not stop.requested:
+                        busy[w] = pending.pop(0)
+                        attempts[busy[w].key] += 1
+                        inbox[w].put(busy[w])
+                try:
+                    key, kind, payload = results.get(timeout=0.2)
+                except queue.Empty:
+                    self._reap(procs, busy, pending, attempts, state, spawn)
+                    continue
+                job = by_key[key]
+                if kind in ("begin", "row", "finish"):
+                    state.apply(key, kind, payload)
+                    self._progress(progress, job, kind, payload)
+                    continue
+                w = next(i for i, j in busy.items() if j is not None and j.key == key)
+                busy[w] = None
+                if kind == "stopped":
+                    state.stopped[key] = payload
+                elif kind == "error":
+                    message, tb = payload
+                    state.failed[key] = message
+                    state.sinks[key].unit_dir.mkdir(parents=True, exist_ok=True)
+                    (state.sinks[key].unit_dir / "error.log").write_text(tb)
+        finally:
+            for w, p in procs.items():
+                if p.is_alive():
+                    inbox[w].put(None)
+            deadline = time.time() + 10
+            for p in procs.values():
+                p.join(timeout=max(0.0, deadline - time.time()))
+                if p.is_alive():
+                    p.kill()
+
+    def _reap(self, procs, busy, pending, attempts, state: SweepState, spawn) -> None:
+        """A worker that died takes only its unit down: retry it from its checkpoint, or report it."""
+        for w, p in list(procs.items()):
+            if p.is_alive() or p.exitcode is None:
+                continue
+            job = busy.get(w)
+            if job is not None:
+                if attempts[job.key] <= self.retries:
+                    pending.insert(0, job)  # resumes from its last checkpoint
+                else:
+                    state.failed[job.key] = (f"its worker died {attempts[job.key]} times (last exit code "
+                                             f"{p.exitcode}); the unit's last checkpoint is kept")
+            spawn(w)
+
+
+def pending_jobs(experiments: list, stop: StopFlag) -> tuple[list[UnitJob], dict]:
+    """The jobs of every unfinished unit, and a sink for each (``experiments``: (plan, folder, experiment dict))."""
+    from .experiment import units_of
+
+    jobs, sinks = [], {}
+    for e, (plan, folder, experiment) in enumerate(experiments):
+        for i, unit in enumerate(units_of(plan)):
+            d = folder.unit_dir(unit.index, unit.variant, unit.seed)
+            if is_done(d):
+                continue
+            key = (e, i)
+            sinks[key] = FileSink(d)
+            rc = unit.exp.config.runtime
+            jobs.append(UnitJob(key, experiment, unit.variant, unit.seed, str(d), rc.torch_threads,
+                                f"{plan.name}/{unit.variant} seed {unit.seed}", rc.num_cpus, rc.num_gpus))
+    return jobs, sinks
+
+
+def run_sweep(experiments: list, backend: Backend, stop: StopFlag, progress=None) -> list[dict]:
+    """Run every unfinished unit of ``experiments`` ((plan, folder, experiment dict) each) on ``backend``,
+    then build each experiment's tables; returns their summaries.
+
+    Raises :class:`UnitsFailed` when units failed (the rest is kept) and
+    :class:`~turnout.experiment.RunInterrupted` when ``stop`` was requested.
+    """
+    from .experiment import RunInterrupted, finalize, units_of
+
+    jobs, sinks = pending_jobs(experiments, stop)
+    state = SweepState(sinks)
+    if progress is not None:
+        every = {(e, i): (f"{u.variant} s{u.seed}", u.exp.config.rounds)
+                 for e, (plan, _, _) in enumerate(experiments) for i, u in enumerate(units_of(plan))}
+        progress.start(every, set(every) - {j.key for j in jobs})
+    prepared = {(e, i): (u.exp, plan.dataset_for(u.exp, u.seed))
+                for e, (plan, _, _) in enumerate(experiments) for i, u in enumerate(units_of(plan))}
+    backend.run(jobs, state, stop, progress, resolve=lambda job: prepared[job.key])
+    for sink in sinks.values():
+        sink.close()
+    folders = [folder for _, folder, _ in experiments]
+    if state.failed:
+        labels = {j.key: j.label for j in jobs}
+        raise UnitsFailed({labels[k]: why for k, why in state.failed.items()}, [f.path for f in folders])
+    if stop.requested or state.stopped:
+        total = sum(len(units_of(plan)) for plan, _, _ in experiments)
+        unfinished = [j for j in jobs if j.key not in state.done]
+        checkpointed = [f"{j.label} checkpointed at round {state.stopped[j.key][0]}/{state.stopped[j.key][1]}"
+                        for j in unfinished if j.key in state.stopped]
+        raise RunInterrupted(folders, stop, total - len(unfinished), total, checkpointed)
+    return [finalize(plan, folder) for plan, folder, _ in experiments]
+
+
+def make_backend(name: str, jobs: int = 1, retries: int = 2, address: str | None = None):
+    """The backend for ``--backend NAME --jobs N`` (``inline`` when one local job)."""
+    from .errors import ConfigError
+
+    if name == "local":
+        name = "inline" if jobs <= 1 else "processes"
+    if name == "ray":
+        from . import ray_backend  # noqa: F401  (registers "ray"; a missing Ray is a one-line error there)
+    if name not in BACKENDS:
+        raise ConfigError("--backend", name, f"choose one of: local, {', '.join(sorted(BACKENDS))}")
+    return BACKENDS[name](jobs=jobs, retries=retries, address=address)
