@@ -42,6 +42,7 @@ from .errors import ConfigError, DataError
 from .metrics import comparison_rows, cumulate, summarize
 from .observers import Callback
 from .plots import plot_accuracy
+from .preflight import check_resources
 from .recorders.base import rows_to_columns
 
 
@@ -73,6 +74,7 @@ def _data_key(exp: ResolvedExperiment) -> str:
 
 def prepare(variants: list[ResolvedExperiment]) -> Plan:
     """Build each distinct dataset once per seed (data errors surface here, before any output)."""
+    check_resources(variants)
     base = variants[0].config
     for v in variants:
         if v.config.seeds != base.seeds:

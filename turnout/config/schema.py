@@ -27,22 +27,31 @@ own ``Config`` by :func:`turnout.config.loader.resolve`, so adding a component n
 
 from __future__ import annotations
 
-from typing import Any
+import unicodedata
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
 
 from ..errors import ConfigError
 from .base import StrictModel
+from .limits import MAX_BATCH, MAX_EPOCHS, MAX_ROUNDS, MAX_SEED, MAX_STATE_MB
+
+#: A run seed. Every random stream is keyed by the seed as one 32-bit word, so larger or negative
+#: seeds would alias smaller ones (2^32 would repeat seed 0); they are refused instead.
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 
 
 class EvalConfig(StrictModel):
-    every: int = Field(1, ge=1, description="evaluate on the server test set every n rounds (and after the last)")
+    every: int = Field(1, ge=1, le=MAX_ROUNDS,
+                       description="evaluate on the server test set every n rounds (and after the last)")
     per_client: bool = Field(False, description="also evaluate every client's local test part at the end")
     target_accuracy: float | None = Field(None, gt=0.0, le=1.0, description="report rounds/time/bytes to reach it")
-    batch_size: int = Field(2048, ge=1)
+    batch_size: int = Field(2048, ge=1, le=MAX_BATCH,
+                            description=f"samples per evaluation batch (at most {MAX_BATCH:,})")
     centralized_baseline: bool = Field(False, description="also train the model on the union of client training "
                                                           "data and report its test accuracy (a ceiling)")
-    centralized_epochs: int = Field(30, ge=1)
+    centralized_epochs: int = Field(30, ge=1, le=MAX_EPOCHS, description=f"epochs of the centralised baseline "
+                                                                         f"(at most {MAX_EPOCHS:,})")
 
 
 class OutputConfig(StrictModel):
@@ -52,8 +61,10 @@ class OutputConfig(StrictModel):
 
 class RuntimeConfig(StrictModel):
     torch_threads: int = Field(1, ge=1, le=256, description="intra-op threads; 1 is fastest for small models")
-    state_budget_mb: float = Field(1024.0, gt=0.0, description="RAM for per-client model-sized state (control "
-                                   "variates, memories, residuals); beyond it rows spill to a memory-mapped file")
+    state_budget_mb: float = Field(1024.0, gt=0.0, le=MAX_STATE_MB,
+                                   description="RAM for per-client model-sized state (control variates, memories, "
+                                               "residuals); beyond it rows spill to a memory-mapped file (at most "
+                                               "16 TiB)")
 
 
 class VariantConfig(StrictModel):
@@ -66,6 +77,8 @@ class VariantConfig(StrictModel):
         bad = set(v) & set('/\\\n\r\t"')
         if bad:
             raise ValueError(f"variant names may not contain {sorted(bad)}")
+        if any(unicodedata.category(c) == "Cc" for c in v):
+            raise ValueError("variant names may not contain control characters")
         return v
 
 
@@ -73,8 +86,9 @@ class ExperimentConfig(StrictModel):
     """A whole experiment: the seams' blocks, the rounds, the seeds and the variants to compare."""
 
     name: str = Field("experiment", min_length=1, max_length=80, pattern=r"^[A-Za-z0-9_.+=-]+$")
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, max_length=100)
-    rounds: int = Field(100, ge=1, le=1_000_000)
+    seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1, max_length=100,
+                              description="one simulated population each; 0 <= seed < 2^32")
+    rounds: int = Field(100, ge=1, le=MAX_ROUNDS)
     data: dict[str, Any] = Field(default_factory=lambda: {"name": "synthetic"})
     model: dict[str, Any] = Field(default_factory=lambda: {"name": "logreg"})
     train: dict[str, Any] = Field(default_factory=dict)

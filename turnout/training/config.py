@@ -8,17 +8,19 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from ..config.base import StrictModel
+from ..config.limits import MAX_BATCH, MAX_EPOCHS, MAX_LR, MAX_ROUNDS, MAX_SCALE, MAX_STEPS
 
 
 class LRSchedule(StrictModel):
     """Client learning rate as a function of the round (FL papers decay it per round, not per step)."""
 
     name: Literal["constant", "step", "exponential", "cosine", "inverse_sqrt"] = "constant"
-    gamma: float = Field(0.5, gt=0.0, le=1.0, description="decay factor (step: per step_size rounds; exponential: per round)")
-    step_size: int = Field(50, ge=1, description="rounds between decays for 'step'")
-    min_lr: float = Field(0.0, ge=0.0, description="floor of 'cosine'")
-    sqrt_scale: float = Field(1.0, gt=0.0, description="inverse_sqrt: lr / sqrt(round / sqrt_scale + 1) "
-                                                     "(FedSUM's seed uses 10)")
+    gamma: float = Field(0.5, gt=0.0, le=1.0,
+                         description="decay factor (step: per step_size rounds; exponential: per round)")
+    step_size: int = Field(50, ge=1, le=MAX_ROUNDS, description="rounds between decays for 'step'")
+    min_lr: float = Field(0.0, ge=0.0, le=MAX_LR, description="floor of 'cosine'")
+    sqrt_scale: float = Field(1.0, gt=0.0, le=MAX_ROUNDS, description="inverse_sqrt: lr / sqrt(round / sqrt_scale + 1) "
+                                                                      "(FedSUM's seed uses 10)")
 
     def lr(self, base: float, round: int, total_rounds: int) -> float:
         if self.name == "constant":
@@ -36,13 +38,17 @@ class LRSchedule(StrictModel):
 class TrainConfig(StrictModel):
     """How a selected client trains: E local steps (or epochs) of minibatch SGD."""
 
-    batch_size: int = Field(10, ge=1)
-    local_steps: int | None = Field(None, ge=1, description="SGD steps per round (default 10 when local_epochs is unset)")
-    local_epochs: float | None = Field(None, gt=0.0, description="passes over local data per round (alternative to local_steps)")
-    lr: float = Field(0.01, gt=0.0, le=100.0)
+    batch_size: int = Field(10, ge=1, le=MAX_BATCH, description=f"samples per minibatch (at most {MAX_BATCH:,})")
+    local_steps: int | None = Field(None, ge=1, le=MAX_STEPS,
+                                    description="SGD steps per round (default 10 when local_epochs is unset; "
+                                                f"at most {MAX_STEPS:,})")
+    local_epochs: float | None = Field(None, gt=0.0, le=MAX_EPOCHS,
+                                       description="passes over local data per round (alternative to local_steps; "
+                                                   f"at most {MAX_EPOCHS:,})")
+    lr: float = Field(0.01, gt=0.0, le=MAX_LR)
     momentum: float = Field(0.0, ge=0.0, lt=1.0)
     nesterov: bool = False
-    weight_decay: float = Field(0.0, ge=0.0)
+    weight_decay: float = Field(0.0, ge=0.0, le=MAX_SCALE, description=f"L2 penalty (at most {MAX_SCALE:g})")
     grad_clip: float | None = Field(None, gt=0.0, description="clip each step's gradient to this global L2 norm")
     lr_schedule: LRSchedule = LRSchedule()
 
