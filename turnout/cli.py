@@ -214,8 +214,28 @@ def cmd_list(seam: str | None = None) -> int:
             if seam is not None:
                 for key, field in getattr(cls, "Config").model_fields.items():
                     default = field.default if not field.is_required() else "(required)"
-                    print(f"      {key} = {default!r}: {field.description or ''}".rstrip(": "))
+                    print(f"      {key} = {default!r}{_range(field.metadata)}: {field.description or ''}".rstrip(": "))
     return 0
+
+
+def _range(metadata) -> str:
+    """A field's accepted range for `turnout list`, e.g. ``" in [1, 10,000,000]"`` (empty when unbounded)."""
+    from annotated_types import Ge, Gt, Le, Lt
+
+    def fmt(v) -> str:
+        return f"{v:,}" if isinstance(v, int) else f"{v:g}"
+
+    lo = next((f"[{fmt(m.ge)}" for m in metadata if isinstance(m, Ge)), None) or \
+        next((f"({fmt(m.gt)}" for m in metadata if isinstance(m, Gt)), None)
+    hi = next((f"{fmt(m.le)}]" for m in metadata if isinstance(m, Le)), None) or \
+        next((f"{fmt(m.lt)})" for m in metadata if isinstance(m, Lt)), None)
+    if lo and hi:
+        return f" in {lo}, {hi}"
+    if lo:
+        return f" {'>=' if lo[0] == '[' else '>'} {lo[1:]}"
+    if hi:
+        return f" {'<=' if hi[-1] == ']' else '<'} {hi[:-1]}"
+    return ""
 
 
 def cmd_run(args: argparse.Namespace) -> int:

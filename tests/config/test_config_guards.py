@@ -221,3 +221,12 @@ def test_keys_with_control_characters_are_shown_escaped():
 
 def test_variant_names_with_control_characters_are_refused():
     assert "control characters" in refused({**BASE, "variants": [{"name": "a\x1b[31mred", "set": {}}]})
+
+
+def test_turnout_list_shows_each_options_range(capsys):
+    from turnout.cli import main
+
+    assert main(["list", "selector.uniform"]) == 0
+    assert "clients_per_round = 10 in [1, 10,000,000]: K: reports wanted per round" in capsys.readouterr().out
+    assert main(["list", "round_mode.deadline"]) == 0
+    assert "deadline_s = 100.0 in (0, 1e+09]" in capsys.readouterr().out
