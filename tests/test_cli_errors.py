@@ -364,3 +364,102 @@ def test_console_script_missing_dataset_and_bad_flag(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert_bad_input(proc.returncode, proc.stdout, proc.stderr, "--frobnicate")
     assert sorted(os.listdir(tmp_path)) == ["exp.yaml"]
+
+
+# ---------------------------------------------------------------------------------------------
+# hostile or absurd input (the hardening audit): one line, exit 2, nothing written — in a child
+# process whose address space is capped at 3 GiB and whose run time is bounded, so a regression
+# fails here instead of eating the machine
+
+
+def _capped_child() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+
+def _turnout_capped(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONWARNINGS": "default"}
+    return subprocess.run([sys.executable, "-m", "turnout", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=180, preexec_fn=_capped_child)
+
+
+def _billion_laughs() -> str:
+    """Anchors a0..a9, each repeating the previous nine times: *a9 stands for 9^9 strings."""
+    return 'a0: &a0 ["lol"]\n' + "".join(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 10))
+
+
+HOSTILE = {
+    "nested 1,000 levels in the file": (
+        "rounds: 2\ndata: " + "[" * 1000 + "]" * 1000 + "\n", (),
+        ["config = ", "nested more than 32 levels", "line 2"]),
+    "nested 1,000 levels in --set": (
+        BASE, ("--set", "data=" + "[" * 1000 + "]" * 1000), ["--set data = '[[[", "nested more than 32 levels"]),
+    "alias bomb as a value": (
+        yaml.safe_dump(BASE) + _billion_laughs() + "name: *a9\n", (),
+        ["config = ", "expands to more than 1,000,000 values", "line "]),
+    "NUL character": ("rounds: 2\nname: a\x00b\n", (), ["config = ", "U+0000", "line 2, column 8"]),
+    "escape character": ("rounds: 2\nname: \x1b[31mred\n", (), ["config = ", "U+001B", "line 2, column 7"]),
+    "local_steps 2e9 (--set)": (BASE, ("--set", "train.local_steps=2e9"),
+                                ["train.local_steps = 2000000000.0", "<= 1000000"]),
+    "local_steps 10^30": (config(train={"local_steps": 10**30}), (), [f"train.local_steps = {10**30}"]),
+    "data.dim 1e8": (BASE, ("--set", "data.dim=1e8"), ["data.dim = 100000000.0", "<= 1000000"]),
+    "data.num_clients 2^31": (BASE, ("--set", "data.num_clients=2147483648"), ["data.num_clients = 2147483648"]),
+    "num_traces 1e9": (config(availability={"name": "trace", "num_traces": 10**9}), (),
+                       ["availability.num_traces = 1000000000", "<= 100000000"]),
+    "state_budget_mb inf": ("rounds: 2\nruntime: {state_budget_mb: .inf}\n", (),
+                            ["runtime.state_budget_mb = inf", "finite number"]),
+    "fits the bounds but not in memory": (config(data={"name": "synthetic", "num_clients": 6, "dim": 200_000}), (),
+                                          ["data.dim = 200000", "the run needs about 1.2 TiB of memory", "available"]),
+    "seeds alias modulo 2^32": (config(seeds=[0, 2**32]), (), ["seeds.1 = 4294967296", "<= 4294967295"]),
+}
+
+
+@pytest.mark.parametrize("cfg,extra,needles", list(HOSTILE.values()), ids=list(HOSTILE))
+def test_subprocess_hostile_input_is_one_line_within_bounded_memory(tmp_path, cfg, extra, needles):
+    path = tmp_path / "exp.yaml"
+    path.write_text(cfg if isinstance(cfg, str) else yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    proc = _turnout_capped("run", str(path), "--out", str(tmp_path / "run"), *extra, cwd=tmp_path)
+    assert_bad_input(proc.returncode, proc.stdout, proc.stderr, *needles, run_dir=tmp_path / "run")
+    assert sorted(os.listdir(tmp_path)) == ["exp.yaml"]
+
+
+HARDENING = {
+    "empty file": ("", ["config = ", "is empty", "rounds: 50"]),
+    "comment-only file": ("# todo: write the experiment\n", ["config = ", "is empty", "data: {name: synthetic"]),
+    "rounds: true": (config(rounds=True), ["rounds = True", "not true/false"]),
+    "rounds: yes": ("rounds: yes\n", ["rounds = True", "not true/false"]),
+    "unknown key in eval": (config(eval={"evry": 2}), ["eval.evry = 2", "allowed keys: batch_size", "target_accuracy"]),
+    "unknown key in output": (config(output={"plot": False}), ["output.plot = False", "allowed keys: plots, progress"]),
+    "unknown key in runtime": (config(runtime={"threads": 2}),
+                               ["runtime.threads = 2", "state_budget_mb, torch_threads"]),
+    "unknown key in lr_schedule": (config(train={"lr_schedule": {"name": "step", "gama": 0.5}}),
+                                   ["train.lr_schedule.gama = 0.5", "allowed keys: gamma, min_lr"]),
+    "inf weight_decay": (config(train={"weight_decay": float("inf")}), ["train.weight_decay = inf", "finite"]),
+    "inf local_epochs": (config(train={"local_epochs": float("inf")}), ["train.local_epochs = inf", "finite"]),
+    "inf compute_s_per_sample": (config(devices={"name": "homogeneous", "compute_s_per_sample": float("inf")}),
+                                 ["devices.compute_s_per_sample = inf", "finite"]),
+    "inf synthetic alpha": (config(data={"name": "synthetic", "alpha": float("inf")}), ["data.alpha = inf", "finite"]),
+    "inf flash s_per_sample": (config(devices={"name": "flash", "s_per_sample": float("inf")}),
+                               ["devices.s_per_sample = inf", "finite"]),
+    "inf deadline_s": (config(round_mode={"name": "deadline", "deadline_s": float("inf")}),
+                       ["round_mode.deadline_s = inf", "finite"]),
+    "server_lr 1e308": (config(algorithm={"name": "fedavg", "server_lr": 1e308}),
+                        ["algorithm.server_lr = 1e+308", "<= 1000"]),
+    "negative seed": (config(seeds=[-1]), ["seeds.0 = -1", ">= 0"]),
+}
+
+
+@pytest.mark.parametrize("cfg,needles", list(HARDENING.values()), ids=list(HARDENING))
+def test_hardened_config_value(tmp_path, capsys, cfg, needles):
+    run_bad(tmp_path, capsys, cfg, *needles)
+
+
+def test_set_on_a_default_block_runs(tmp_path, capsys):
+    """`--set devices.down_kBps=100` with no devices block applies on top of the default homogeneous devices."""
+    path = write(tmp_path, config(devices=None))
+    rc, out, err = cli(["run", str(path), "--out", str(tmp_path / "run"), "--quiet", "--set", "devices.down_kBps=100"],
+                       capsys)
+    assert rc == 0, err
+    resolved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["variants"]["base"]["devices"]
+    assert resolved["name"] == "homogeneous" and resolved["down_kBps"] == 100

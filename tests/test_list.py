@@ -40,7 +40,7 @@ def test_required_options_and_nested_blocks_say_what_they_are(capsys):
     assert "      partition = {'name': 'iid'}: partitioner block" in text
     text = listing(capsys, "availability.trace")
     assert "      generator = (block): options of the synthetic trace" in text
-    assert "      generator.days = 6: trace length" in text
+    assert "      generator.days = 6 in [1, 366]: trace length" in text
     assert "      mapping = 'modulo': client i -> trace (i+1) % n, or random; one of: modulo, random" in text
 
 
@@ -51,18 +51,18 @@ def test_blocks_without_components_are_listed_with_defaults_and_descriptions(cap
         for key in model.model_fields:
             assert f"      {key} = " in text, (block, key)
     train = listing(capsys, "train")
-    assert "      lr = 0.01: client learning rate at round 0 (see lr_schedule)" in train
-    assert "      lr_schedule.gamma = 0.5: decay factor" in train and "  eval " not in train
+    assert "      lr = 0.01 in (0, 100]: client learning rate at round 0 (see lr_schedule)" in train
+    assert "      lr_schedule.gamma = 0.5 in (0, 1]: decay factor" in train and "  eval " not in train
     schedule = listing(capsys, "train.lr_schedule")
     assert "      name = 'constant': shape of the decay over rounds; one of: constant, step, exponential" in schedule
-    assert "      target_accuracy = None: report rounds/time/bytes to reach it" in listing(capsys, "eval")
+    assert "      target_accuracy = None in (0, 1]: report rounds/time/bytes to reach it" in listing(capsys, "eval")
     assert "      state_budget_mb = 1024.0: " in listing(capsys, "runtime")
     assert "      plots = True: draw accuracy_vs_*.png in the run folder" in listing(capsys, "output")
 
 
 def test_partitioner_by_name(capsys):
     text = listing(capsys, "data.partition.dirichlet")
-    assert "  dirichlet " in text and "      alpha = 0.5: " in text and "  iid " not in text
+    assert "  dirichlet " in text and "      alpha = 0.5 in (0, 1000]: " in text and "  iid " not in text
 
 
 @pytest.mark.parametrize("what,words", [

@@ -159,14 +159,15 @@ def _add_plot_parser(sub) -> None:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     from .composition import load_experiment
+    from .config.limits import MAX_CLIENTS, MAX_ROUNDS, MAX_SECONDS
     from .experiment import prepare
     from .plots import availability_gallery
 
-    for name in ("rounds", "clients"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name}", getattr(args, name), "must be >= 1")
-    if not args.round_seconds > 0:
-        raise ConfigError("--round-seconds", args.round_seconds, "must be > 0")
+    for name, most in (("rounds", MAX_ROUNDS), ("clients", MAX_CLIENTS)):
+        if not 1 <= getattr(args, name) <= most:
+            raise ConfigError(f"--{name}", getattr(args, name), f"must be between 1 and {most:,}")
+    if not 0 < args.round_seconds <= MAX_SECONDS:
+        raise ConfigError("--round-seconds", args.round_seconds, f"must be > 0 and <= {MAX_SECONDS:g}")
     if args.out.suffix.lower() != ".png":
         raise ConfigError("--out", str(args.out), "must be a .png file")
     _check_out(args.out, args.force)
@@ -211,11 +212,14 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from .config.components import config_error_from_pydantic
+    from .config.limits import MAX_SEED, MAX_TRACES
     from .traces.format import save_trace
     from .traces.generate import GeneratorConfig, generate_trace
 
-    if args.clients < 1:
-        raise ConfigError("--clients", args.clients, "must be >= 1")
+    if not 1 <= args.clients <= MAX_TRACES:
+        raise ConfigError("--clients", args.clients, f"must be between 1 and {MAX_TRACES:,}")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise ConfigError("--seed", args.seed, f"must be between 0 and {MAX_SEED} (2^32 - 1)")
     try:
         cfg = GeneratorConfig(days=args.days, calibration_path=args.calibration)
     except ValidationError as exc:
@@ -465,8 +469,6 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_run(args)
     except RunInterrupted as exc:
         print(f"turnout: {exc}", file=sys.stderr)
-        import signal
-
         return 128 + int(exc.stop_signal) if exc.stop_signal is not None else 130  # 130 SIGINT, 143 SIGTERM
     except TurnoutError as exc:
         print(f"turnout: error: {_one_line(str(exc))}", file=sys.stderr)

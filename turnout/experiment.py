@@ -32,6 +32,7 @@ from .engine import build_model
 from .errors import ConfigError, DataError, TurnoutError
 from .metrics import comparison_rows, cumulate
 from .plots import plot_accuracy
+from .preflight import check_resources
 from .progress import ProgressBar
 from .recorders.base import rows_to_columns
 from .rundir import RunFolder, atomic_write_text
@@ -75,6 +76,7 @@ def require_shared_seeds(variants: list[ResolvedExperiment]) -> None:
 
 def prepare(variants: list[ResolvedExperiment]) -> Plan:
     """Build each distinct dataset once per seed (data errors surface here, before any output)."""
+    check_resources(variants)
     require_shared_seeds(variants)
     base = variants[0].config
     datasets: dict[tuple[str, int], FederatedDataset] = {}

@@ -23,8 +23,16 @@ def _purpose_key(purpose: str) -> int:
     return zlib.crc32(purpose.encode("utf-8"))
 
 
+#: Seeds are one 32-bit word of a stream's entropy; a wider or negative seed is refused rather than
+#: reduced modulo 2^32, which would make seeds 0 and 2^32 (or -1 and 2^32 - 1) the same population.
+SEED_LIMIT = 2**32
+
+
 def seed_sequence(seed: int, purpose: str, round: int = NONE, client: int = NONE) -> np.random.SeedSequence:
-    return np.random.SeedSequence([int(seed) & 0xFFFFFFFF, _purpose_key(purpose), int(round), int(client)])
+    seed = int(seed)
+    if not 0 <= seed < SEED_LIMIT:
+        raise ValueError(f"seed {seed} is outside [0, 2^32)")
+    return np.random.SeedSequence([seed, _purpose_key(purpose), int(round), int(client)])
 
 
 def stream(seed: int, purpose: str, round: int = NONE, client: int = NONE) -> np.random.Generator:
@@ -34,7 +42,8 @@ def stream(seed: int, purpose: str, round: int = NONE, client: int = NONE) -> np
 
 def int_seed(seed: int, purpose: str, round: int = NONE, client: int = NONE) -> int:
     """A 63-bit integer seed for libraries that want one (torch, legacy RandomState)."""
-    return int(seed_sequence(seed, purpose, round, client).generate_state(2, np.uint32).view(np.uint64)[0] >> np.uint64(1))
+    state = seed_sequence(seed, purpose, round, client).generate_state(2, np.uint32)
+    return int(state.view(np.uint64)[0] >> np.uint64(1))
 
 
 def torch_generator(seed: int, purpose: str, round: int = NONE, client: int = NONE) -> torch.Generator:

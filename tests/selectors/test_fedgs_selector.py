@@ -205,6 +205,41 @@ def test_closed_forms_and_time_limits():
     assert fs.solve(random_instance(0, n=13, m=4), "auto", exact_max_available=12).solver == "heuristic"
 
 
+def test_default_solver_limits_count_work_not_seconds(monkeypatch):
+    """Without time_limit_s the answer cannot depend on the machine's speed: a clock that jumps 1,000 s
+    per reading (a machine under heavy load) changes nothing; with time_limit_s it cuts the search."""
+    problems = [random_instance(1, n=60, m=12, alpha=5.0), random_instance(2, n=24, m=8, alpha=5.0)]
+    calm = [fs.solve_heuristic(problems[0]), fs.solve_exact(problems[1])]
+    ticks = iter(range(0, 10**9, 1000))
+    monkeypatch.setattr(fs.time, "perf_counter", lambda: float(next(ticks)))
+    loaded = [fs.solve_heuristic(problems[0]), fs.solve_exact(problems[1])]
+    for a, b in zip(calm, loaded):
+        assert a.chosen.tolist() == b.chosen.tolist() and not b.hit_limit
+    assert loaded[1].optimal
+    cut = fs.solve_heuristic(problems[0], time_limit_s=1.0)
+    assert cut.hit_limit and cut.objective < calm[0].objective
+
+
+def test_swap_and_node_limits_stop_the_search_deterministically():
+    p = random_instance(1, n=60, m=12, alpha=5.0)
+    greedy = [fs.solve_heuristic(p, max_swaps=0) for _ in range(2)]
+    full = fs.solve_heuristic(p)
+    assert greedy[0].hit_limit and greedy[0].chosen.tolist() == greedy[1].chosen.tolist()
+    assert not full.hit_limit and full.objective > greedy[0].objective
+    q = random_instance(2, n=40, m=15, alpha=5.0)
+    ex = fs.solve_exact(q, node_limit=1)
+    assert ex.solver == "exact" and ex.hit_limit and not ex.optimal and len(np.unique(ex.chosen)) == 15
+    assert fs.solve_exact(q, node_limit=1).chosen.tolist() == ex.chosen.tolist()
+
+
+def test_selector_has_no_wall_clock_limit_by_default():
+    from turnout.selectors.fedgs import FedGS
+
+    cfg = FedGS.Config()
+    assert cfg.time_limit_s is None and cfg.max_swaps == fs.MAX_SWAPS and cfg.node_limit == fs.NODE_LIMIT
+    assert "NOT reproducible" in FedGS.Config.model_fields["time_limit_s"].description
+
+
 def test_balancing_term_matches_the_fedgs_code():
     h = np.array([[0, 0.5, 1.0], [0.5, 0, 0.2], [1.0, 0.2, 0]])
     counts, n_total, m, alpha = np.array([3, 1, 0]), 10, 2, 2.0
@@ -341,8 +376,8 @@ def test_functional_graph_needs_the_model_and_works_with_it():
     with pytest.raises(ConfigError, match="selector.graph"):
         selector(make_world(6), graph="functional")
     params = torch.zeros(15)
-    world = make_world(6, model=ModelView(forward=linear_forward, global_params=lambda: params,
-                                          server_inputs=torch.randn(200, 4, generator=torch.Generator().manual_seed(0))))
+    inputs = torch.randn(200, 4, generator=torch.Generator().manual_seed(0))
+    world = make_world(6, model=ModelView(forward=linear_forward, global_params=lambda: params, server_inputs=inputs))
     sel = selector(world, graph="functional", clients_per_round=2)
     warm = sel.select(ctx_for(world, 0, [0], launch=2))
     assert len(warm.clients) == 6

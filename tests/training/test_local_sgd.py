@@ -20,11 +20,31 @@ def make_problem(seed=0, n=64, d=5, c=3):
 
 
 def test_batch_indices_are_reshuffled_epochs():
-    idx = batch_indices(10, 4, 6, np.random.default_rng(0))
+    idx = list(batch_indices(10, 4, 6, np.random.default_rng(0)))
     assert [len(b) for b in idx] == [4, 4, 2, 4, 4, 2]
     assert sorted(np.concatenate(idx[:3]).tolist()) == list(range(10))
     assert sorted(np.concatenate(idx[3:]).tolist()) == list(range(10))
-    assert batch_indices(0, 4, 3, np.random.default_rng(0)) == []
+    assert list(batch_indices(0, 4, 3, np.random.default_rng(0))) == []
+
+
+def test_batch_indices_are_the_epochs_of_successive_permutations():
+    """Step k uses permutation ⌊k / batches_per_epoch⌋ of the stream, and no permutation is drawn past the last step."""
+    n, bs, steps = 10, 4, 7  # 3 batches per epoch: permutations 0, 1, 2 (the third only for its first batch)
+    rng = np.random.default_rng(3)
+    got = list(batch_indices(n, bs, steps, rng))
+    ref = np.random.default_rng(3)
+    perms = [ref.permutation(n) for _ in range(3)]
+    want = [p[i:i + bs] for p in perms for i in range(0, n, bs)][:steps]
+    assert len(got) == steps and all(np.array_equal(a, b) for a, b in zip(got, want))
+    assert rng.random() == ref.random()  # both streams drew exactly three permutations
+
+
+def test_batch_indices_are_lazy_for_huge_step_counts():
+    """A client asked for 10^12 steps gets its batches one at a time: taking three costs one permutation."""
+    gen = batch_indices(50, 20, 10**12, np.random.default_rng(0))
+    first = [next(gen) for _ in range(3)]
+    assert [len(b) for b in first] == [20, 20, 10]
+    assert sorted(np.concatenate(first).tolist()) == list(range(50))
 
 
 @pytest.mark.parametrize("momentum,nesterov,wd", [(0.0, False, 0.0), (0.9, False, 1e-3), (0.9, True, 0.0)])
@@ -84,11 +104,12 @@ def test_offset_and_proximal_objectives_change_the_step_as_stated():
     fm, x, y = make_problem(4)
     tr = LocalTrainer(fm, TrainConfig(batch_size=16, local_steps=1, lr=0.1))
     start = fm.flat_params()
-    idx = batch_indices(len(y), 16, 1, np.random.default_rng(0))[0]
+    idx = next(batch_indices(len(y), 16, 1, np.random.default_rng(0)))
     g, _ = tr.grad_and_loss(fm.unflatten(start.clone()), {}, torch.from_numpy(x[idx]), torch.from_numpy(y[idx]))
     g = fm.flatten(g)
     offset = torch.linspace(-1, 1, fm.dim)
-    one = tr.train(start, {}, x, y, 1, 0.1, np.random.default_rng(0), objective=LocalObjective(offset=offset, scale=0.5))
+    one = tr.train(start, {}, x, y, 1, 0.1, np.random.default_rng(0),
+                   objective=LocalObjective(offset=offset, scale=0.5))
     torch.testing.assert_close(one.params, start - 0.1 * (0.5 * g + offset), rtol=1e-5, atol=1e-6)
     # at the start point the proximal term μ(w − w_start) is zero: one step equals plain SGD's
     prox = tr.train(start, {}, x, y, 1, 0.1, np.random.default_rng(0), objective=LocalObjective(prox_mu=3.0))
@@ -101,8 +122,8 @@ def test_evaluate_many_matches_per_segment_evaluate():
     offsets = np.array([0, 10, 10, 25, 30])
     acc, loss = evaluate_many(fm, flat, {}, x, y, offsets, batch_size=7)
     for i in (0, 2, 3):
-        a, l = evaluate(fm, flat, {}, x[offsets[i]:offsets[i + 1]], y[offsets[i]:offsets[i + 1]])
-        assert acc[i] == pytest.approx(a) and loss[i] == pytest.approx(l, rel=1e-5)
+        a, lo = evaluate(fm, flat, {}, x[offsets[i]:offsets[i + 1]], y[offsets[i]:offsets[i + 1]])
+        assert acc[i] == pytest.approx(a) and loss[i] == pytest.approx(lo, rel=1e-5)
     assert np.isnan(acc[1])
 
 

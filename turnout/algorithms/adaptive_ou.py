@@ -1,4 +1,5 @@
-"""Adaptive-OU (Ribero & Vikalo): clients send an update only when its norm beats a threshold; the server estimates the rest.
+"""Adaptive-OU (Ribero & Vikalo): clients send an update only when its norm beats a threshold;
+the server estimates the rest.
 
 Adaptive-OU Algorithms 1–3, as coded in ``mriberodiaz/selection_ou_weights``
 (``fed_avg_schedule_{ou,zero,ignore}.py``, ``estimation_utils.py``); notes: ``docs/algorithms/adaptive_ou.md``.
@@ -51,6 +52,7 @@ import torch
 from pydantic import Field
 
 from .. import rng as rngmod
+from ..config.limits import MAX_ROUNDS
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import ServerLRConfig
 from .ou_estimator import OUEstimator
@@ -69,9 +71,10 @@ class AdaptiveOUConfig(ServerLRConfig):
     threshold_weighting: Literal["n_samples", "uniform"] = Field(
         "n_samples", description="weights of the mean − std threshold update: n_k (code) or uniform (paper)")
     quantize: bool = Field(False, description="send transmitted updates as 8-bit codes (the code's *_compression)")
-    nack_bytes: int = Field(8, ge=0, description="wire size of a NACK + its float32 norm")
-    min_pairs: int = Field(2, ge=2, description="model pairs (x_t, x_{t+1}) seen before the OU estimate is used "
-                                                "(code: 2, i.e. from round 1 on); Δ̂ = 0 before")
+    nack_bytes: int = Field(8, ge=0, le=1 << 20, description="wire size of a NACK + its float32 norm")
+    min_pairs: int = Field(2, ge=2, le=MAX_ROUNDS,
+                           description="model pairs (x_t, x_{t+1}) seen before the OU estimate is used "
+                                       "(code: 2, i.e. from round 1 on); Δ̂ = 0 before")
     clip_estimate: bool = Field(
         False, description="scale the OU substitute of a NACKed client down to the norm m_k it reported (not in the "
                            "code; tames the estimate while only a few pairs have been seen)")

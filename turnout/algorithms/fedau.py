@@ -1,4 +1,5 @@
-"""FedAU (Wang & Ji, NeurIPS 2023) as coded in ``IBM/fedau`` ``main.py``: weight each update by the client's mean participation interval.
+"""FedAU (Wang & Ji, NeurIPS 2023) as coded in ``IBM/fedau`` ``main.py``: weight each update by the
+client's mean participation interval.
 
 Per client (struct-of-arrays over all N, no model-sized state): a counter ``c_i`` of rounds since
 its last participation (init 0) and the running sum and count of its recorded intervals ``I_i``
@@ -28,14 +29,16 @@ import numpy as np
 import torch
 from pydantic import Field
 
+from ..config.limits import MAX_ROUNDS
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import ServerLRConfig
 
 
 class FedAUConfig(ServerLRConfig):
     interval_cutoff: Optional[int] = Field(
-        50, ge=1, description="K_cut: an absence of this many rounds is recorded as an interval (FedSUM/FedAWE: 50; "
-                              "null = never cut)")
+        50, ge=1, le=MAX_ROUNDS,
+        description="K_cut: an absence of this many rounds is recorded as an interval (FedSUM/FedAWE: 50; "
+                    "null = never cut)")
 
 
 @ALGORITHMS.register("fedau")

@@ -6,6 +6,7 @@ import torch
 from pydantic import Field
 
 from ..config.base import StrictModel
+from ..config.limits import MAX_ROUNDS, MAX_SERVER_LR
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 
 
@@ -18,11 +19,12 @@ class ServerLRConfig(StrictModel):
     server_lr_decay_every: 10, server_lr_min: 5e-5``. The default (decay 1) keeps η_g constant.
     """
 
-    server_lr: float = Field(1.0, gt=0.0, description="η_g: x ← x + η_g · update")
+    server_lr: float = Field(1.0, gt=0.0, le=MAX_SERVER_LR,
+                             description=f"η_g: x ← x + η_g · update (at most {MAX_SERVER_LR:g})")
     server_lr_decay: float = Field(1.0, gt=0.0, le=1.0,
                                    description="multiply η_g by this every server_lr_decay_every rounds (1 = constant)")
-    server_lr_decay_every: int = Field(1, ge=1, description="rounds between two decays of η_g")
-    server_lr_min: float = Field(0.0, ge=0.0, description="floor of the decayed η_g")
+    server_lr_decay_every: int = Field(1, ge=1, le=MAX_ROUNDS, description="rounds between two decays of η_g")
+    server_lr_min: float = Field(0.0, ge=0.0, le=MAX_SERVER_LR, description="floor of the decayed η_g")
 
     def server_lr_at(self, round: int) -> float:
         """η_g used to apply round ``round``'s aggregate."""
@@ -51,6 +53,7 @@ class FedAvg(Algorithm):
     def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
         update = reports.weighted_mean()  # zero when nobody reported: the model stays put
         if self.cfg.server_momentum:
-            self.momentum_buf = update if self.momentum_buf is None else self.cfg.server_momentum * self.momentum_buf + update
+            self.momentum_buf = (update if self.momentum_buf is None
+                                 else self.cfg.server_momentum * self.momentum_buf + update)
             update = self.momentum_buf
         return global_params + self.cfg.server_lr_at(round) * update

@@ -12,13 +12,15 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
+from ..config.limits import MAX_SCALE
 from ..training.local_sgd import LocalObjective
 from .base import ALGORITHMS
 from .fedavg import FedAvg, FedAvgConfig
 
 
 class FedProxConfig(FedAvgConfig):
-    mu: float = Field(0.01, ge=0.0, description="μ of the proximal term (μ/2)·‖w − w_start‖² (0 = FedAvg)")
+    mu: float = Field(0.01, ge=0.0, le=MAX_SCALE,
+                      description="μ of the proximal term (μ/2)·‖w − w_start‖² (0 = FedAvg)")
 
 
 @ALGORITHMS.register("fedprox")

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
+from ..config.limits import MAX_ROUNDS
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import ServerLRConfig
 
@@ -48,7 +49,8 @@ class SAFAConfig(ServerLRConfig):
     aggregation: Literal["cache", "fedavg"] = Field(
         "cache", description="cache: weighted average of every client's latest model (SAFA); fedavg: weighted mean "
                              "of the round's fresh and stale deltas (REFL's SAFA emulation)")
-    max_staleness: int = Field(5, ge=0, description="staleness bound / lag tolerance in rounds (SAFA in REFL: 5)")
+    max_staleness: int = Field(5, ge=0, le=MAX_ROUNDS,
+                               description="staleness bound / lag tolerance in rounds (SAFA in REFL: 5)")
     cache_weighting: Literal["n_samples", "uniform"] = Field(
         "n_samples", description="p_k of the cache average: n_k / Σ n (SAFA) or 1/N")
 

@@ -29,18 +29,21 @@ from typing import Literal
 import torch
 from pydantic import Field
 
+from ..config.limits import MAX_SCALE, MAX_SERVER_LR
 from ..state import Stateful
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import ServerLRConfig
 
 
 class AdaptiveServerConfig(ServerLRConfig):
-    server_lr: float = Field(1e-2, gt=0.0, description="η_g of the adaptive server step")
+    server_lr: float = Field(1e-2, gt=0.0, le=MAX_SERVER_LR,
+                             description=f"η_g of the adaptive server step (at most {MAX_SERVER_LR:g})")
     beta1: float = Field(0.9, ge=0.0, lt=1.0, description="β₁: decay of the first moment m")
     beta2: float = Field(0.99, ge=0.0, lt=1.0, description="β₂: decay of the second moment v")
-    tau: float = Field(1e-3, gt=0.0, description="τ: adaptivity floor in m / (√v + τ)")
+    tau: float = Field(1e-3, gt=0.0, le=MAX_SCALE, description="τ: adaptivity floor in m / (√v + τ)")
     init: Literal["reddi", "fedscale"] = Field(
-        "reddi", description="reddi: m = 0, v = τ²; fedscale: the first round's Δ sets m = Δ, v = Δ² and is applied as is")
+        "reddi",
+        description="reddi: m = 0, v = τ²; fedscale: the first round's Δ sets m = Δ, v = Δ² and is applied as is")
 
 
 class AdaptiveStep(Stateful):

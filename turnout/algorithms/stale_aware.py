@@ -48,6 +48,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
+from ..config.limits import MAX_ROUNDS, MAX_SCALE
 from ..state import Stateful
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import ServerLRConfig
@@ -61,9 +62,10 @@ class StaleAwareConfig(ServerLRConfig):
         "refl", description="staleness weight of a stale report: refl (deviation boost Λ_s), equal (1), dynsgd "
                             "(1/(τ+1)), adasgd (e^{−(τ+1)}), average (1/mean(τ+1))")
     beta: float = Field(0.35, ge=0.0, le=1.0, description="β of the REFL rule")
-    scale_coff: float = Field(1.0, gt=0.0, allow_inf_nan=False,
+    scale_coff: float = Field(1.0, gt=0.0, le=MAX_SCALE,
                               description="c of the REFL rule (run scripts: 1, the paper's formula; parser default 10)")
-    max_staleness: Optional[int] = Field(None, ge=0, description="staleness bound in rounds (REFL: none; SAFA: 5)")
+    max_staleness: Optional[int] = Field(None, ge=0, le=MAX_ROUNDS,
+                                         description="staleness bound in rounds (REFL: none; SAFA: 5)")
     use_stale: bool = Field(True, description="aggregate late reports when they arrive (false: drop them)")
     timing: Literal["physical", "refl_code"] = Field(
         "physical", description="physical: apply a late report in the round it arrives; refl_code: one round "
@@ -165,7 +167,8 @@ class StaleAware(Algorithm):
         nxt = _Pending(self.ctx.dim)
         nxt.clients, nxt.updates = reports.clients[stale], reports.updates[st].clone()
         nxt.weights = np.asarray(reports.weights, np.float64)[stale]
-        nxt.staleness, nxt.n_samples, nxt.losses = reports.staleness[stale], reports.n_samples[stale], reports.losses[stale]
+        nxt.staleness, nxt.n_samples = reports.staleness[stale], reports.n_samples[stale]
+        nxt.losses = reports.losses[stale]
         self.pending = nxt
         origins = np.concatenate([round - reports.staleness[fresh], round - 1 - held.staleness]).astype(np.int64)
         return out, origins

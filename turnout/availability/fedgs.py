@@ -150,6 +150,10 @@ def _beta_field(default: float, le: float | None = 1.0, doc: str = "") -> object
     return Field(default, ge=0.0, le=le, description=doc)
 
 
+#: Largest exponent on data sizes: n^β must stay finite in float64 for n up to 10^8 clients' rows.
+MAX_EXPONENT = 30.0
+
+
 # ------------------------------------------------------------------------------------------------
 @AVAILABILITY.register("idl")
 class Ideal(AlwaysAvailable):
@@ -162,7 +166,7 @@ class MoreDataFirst(_StaticBernoulli):
 
     class Config(StrictModel):
         # The formula is defined for every β ≥ 0 (β = 0 is IDL); the paper uses 0.7.
-        beta: float = _beta_field(0.7, le=None, doc="β ≥ 0: exponent on the local data size")
+        beta: float = _beta_field(0.7, le=MAX_EXPONENT, doc="0 ≤ β ≤ 30: exponent on the local data size")
         resample_empty: bool = Field(True, description=_RESAMPLE_DOC)
 
     def __init__(self, cfg: Config, world: WorldContext):
@@ -177,7 +181,7 @@ class LessDataFirst(_StaticBernoulli):
     """FedGS LDF-β: p_i = n_i^−β / max_j n_j^−β (clients with less data are online more often)."""
 
     class Config(StrictModel):
-        beta: float = _beta_field(0.7, le=None, doc="β ≥ 0: exponent on the inverse local data size")
+        beta: float = _beta_field(0.7, le=MAX_EXPONENT, doc="0 ≤ β ≤ 30: exponent on the inverse local data size")
         resample_empty: bool = Field(True, description=_RESAMPLE_DOC)
 
     def __init__(self, cfg: Config, world: WorldContext):

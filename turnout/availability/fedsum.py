@@ -32,6 +32,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from .. import rng as rngmod
 from ..config.base import StrictModel
+from ..config.limits import MAX_CLIENTS, MAX_ROUNDS
 from ..errors import ConfigError
 from ..world.context import WorldContext
 from .base import AVAILABILITY, Availability
@@ -97,7 +98,8 @@ class P1Uniform(Availability):
     """FedSUM P1 / Case 1: exactly m of the n clients, uniformly at random, each round (server-controlled)."""
 
     class Config(StrictModel):
-        m: int = Field(10, ge=1, description="clients available per round (FedSUM's value was lost; suggested 10)")
+        m: int = Field(10, ge=1, le=MAX_CLIENTS,
+                       description="clients available per round (FedSUM's value was lost; suggested 10)")
 
     def __init__(self, cfg: Config, world: WorldContext):
         super().__init__(cfg, world)
@@ -131,7 +133,7 @@ class P3Sine(_LabelMixBernoulli):
     class Config(_LabelMixOptions):
         a: float = Field(0.3, ge=0.0, le=1.0, description="sine amplitude")
         b: float = Field(0.7, ge=0.0, le=1.0, description="sine offset")
-        period: int = Field(20, ge=1, description="period of the sine, in rounds")
+        period: int = Field(20, ge=1, le=MAX_ROUNDS, description="period of the sine, in rounds")
 
     def probabilities(self, round: int) -> np.ndarray:
         c = self.cfg
@@ -184,8 +186,10 @@ class UniformBernoulli(BernoulliAvailability):
     """
 
     class Config(StrictModel):
-        p: Optional[float] = Field(None, gt=0.0, le=1.0, description="common probability (default 0.1 when neither is set)")
-        probs: Optional[list[float]] = Field(None, description="per-client probabilities, one per client, each in [0, 1]")
+        p: Optional[float] = Field(None, gt=0.0, le=1.0,
+                                   description="common probability (default 0.1 when neither is set)")
+        probs: Optional[list[float]] = Field(None,
+                                             description="per-client probabilities, one per client, each in [0, 1]")
 
         @field_validator("probs")
         @classmethod
@@ -216,7 +220,7 @@ class UniformBernoulli(BernoulliAvailability):
 
 
 class _BlockOptions(StrictModel):
-    m: int = Field(10, ge=1, description="block size: clients available per round")
+    m: int = Field(10, ge=1, le=MAX_CLIENTS, description="block size: clients available per round")
 
 
 @AVAILABILITY.register("cyclic")
@@ -305,8 +309,11 @@ class BiasedByIndex(BernoulliAvailability):
     class Config(StrictModel):
         start: float = Field(0.5, gt=0.0, le=1.0, description="probability of the first block (clients 1–11)")
         step: float = Field(0.05, ge=0.0, le=1.0, description="decrease per block")
-        block: Optional[int] = Field(None, ge=1, description="clients per block (default ⌈11·N/100⌉: 11 for the paper's 100 clients)")
-        min_prob: float = Field(0.0, ge=0.0, le=1.0, description="floor for blocks where start − step·k would fall below it")
+        block: Optional[int] = Field(None, ge=1, le=MAX_CLIENTS,
+                                     description="clients per block (default ⌈11·N/100⌉: 11 for the paper's 100 "
+                                                 "clients)")
+        min_prob: float = Field(0.0, ge=0.0, le=1.0,
+                                description="floor for blocks where start − step·k would fall below it")
 
         @field_validator("min_prob")
         @classmethod

@@ -45,6 +45,7 @@ from pydantic import Field, field_validator
 
 from .. import rng as rngmod
 from ..config.base import StrictModel
+from ..config.limits import MAX_SECONDS, MAX_TRACES
 from ..errors import ConfigError, DataError
 from ..traces.format import AvailabilityTrace, TraceFileError, load_trace
 from ..traces.generate import GeneratorConfig, generate_trace
@@ -63,12 +64,13 @@ class TraceAvailabilityConfig(StrictModel):
     path: str | None = Field(None, description="turnout .npz trace; unset: generate one from the run seed")
     generator: GeneratorConfig = Field(default_factory=GeneratorConfig,
                                        description="options of the synthetic trace (used when path is unset)")
-    num_traces: int | None = Field(None, ge=1, description="traces to generate and map onto the clients "
-                                   "(default: one per client, client i gets trace i)")
+    num_traces: int | None = Field(None, ge=1, le=MAX_TRACES,
+                                   description="traces to generate and map onto the clients (default: one per "
+                                               "client, client i gets trace i; at most 10^8)")
     mapping: Literal["modulo", "random"] = Field("modulo", description="client i -> trace (i+1) % n, or random")
     lookup: Literal["exact", "fedscale_pointer"] = Field("exact", description="exact interval test, or "
-                                                         "FedScale's stateful pointer emulation")
-    time_offset_s: float = Field(0.0, ge=0.0, description="trace time at simulated time 0")
+                                                                              "FedScale's stateful pointer emulation")
+    time_offset_s: float = Field(0.0, ge=0.0, le=MAX_SECONDS, description="trace time at simulated time 0")
 
     @field_validator("path")
     @classmethod
@@ -108,6 +110,20 @@ class TraceAvailability(Availability):
     Config = TraceAvailabilityConfig
     state_attrs = ("_pointer",)
     scratch_attrs = ("_window_cache",)
+
+    #: Bytes per generated client-day: its sessions' intervals, the sweep index and per-trace columns.
+    BYTES_PER_CLIENT_DAY = 100
+
+    @classmethod
+    def memory_bytes(cls, cfg: TraceAvailabilityConfig, sizes) -> int:
+        """For the memory pre-flight: generated traces scale with traces × days; a file with its size."""
+        if cfg.path is not None:
+            try:
+                return 4 * os.path.getsize(cfg.path) + 16 * sizes.num_clients
+            except OSError:
+                return 0
+        traces = cfg.num_traces or sizes.num_clients
+        return traces * cfg.generator.days * cls.BYTES_PER_CLIENT_DAY + 16 * sizes.num_clients
 
     def __init__(self, cfg: TraceAvailabilityConfig, world: WorldContext):
         super().__init__(cfg, world)

@@ -10,6 +10,7 @@ import torch
 from pydantic import Field
 
 from ..config.base import StrictModel
+from ..config.limits import MAX_ROUNDS, MAX_SCALE
 from .base import COMPRESSORS, VALUE_BYTES, Compressor, sparse_bytes
 from .sparse import ACCOUNTING_HELP, code_download_bytes, index_bytes
 
@@ -33,9 +34,10 @@ class APF(Compressor):
     """
 
     class Config(StrictModel):
-        check_every: int = Field(5, ge=1, description="F_c: rounds between freezing decisions")
-        threshold: float = Field(0.3, gt=0.0, description="θ: a coordinate is stable when |E|/A < θ (code 0.3; "
-                                                          "APF paper 0.1)")
+        check_every: int = Field(5, ge=1, le=MAX_ROUNDS, description="F_c: rounds between freezing decisions")
+        threshold: float = Field(0.3, gt=0.0, le=MAX_SCALE,
+                                 description="θ: a coordinate is stable when |E|/A < θ (code 0.3; "
+                                             "APF paper 0.1)")
         ema: float = Field(0.99, ge=0.0, lt=1.0, description="α of the moving averages E and A")
         accounting: Literal["exact", "gluefl_code"] = Field("exact", description=ACCOUNTING_HELP)
 

@@ -7,6 +7,7 @@ from typing import Literal, Optional, Sequence
 from pydantic import Field, model_validator
 
 from ..config.base import StrictModel
+from ..config.limits import MAX_ROUNDS
 from .base import COMPRESSORS
 from .sparse import ACCOUNTING_HELP, SCOPE_HELP, SparsifierBase
 
@@ -42,8 +43,9 @@ class GlueFLMaskShifting(SparsifierBase):
             0.16, ge=0.0, le=1.0, description="q_shr: fraction of each tensor in the shared mask (0.16 / 0.24); "
                                               "0 = no shared mask (STC-like)")
         regenerate_every: Optional[int] = Field(
-            10, ge=1, description="I: every I rounds both sides use plain top-q and the shared mask is regenerated "
-                                  "from scratch; null = never regenerate (ablation I = ∞)")
+            10, ge=1, le=MAX_ROUNDS,
+            description="I: every I rounds both sides use plain top-q and the shared mask is regenerated "
+                        "from scratch; null = never regenerate (ablation I = ∞)")
         error_compensation: Literal["rescaled", "unscaled", "off"] = Field(
             "rescaled", description="rescaled: residual re-scaled by ν_prev/ν_now (eq. 7, REC); unscaled: residual "
                                     "added as stored (ablation EC); off: no residual (ablation None)")

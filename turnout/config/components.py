@@ -8,12 +8,14 @@ full dotted key, the bad value, and what is allowed.
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from ..errors import ConfigError
 from ..registry import Registry
+from .display import one_line
 
 
 def _allowed_from_pydantic(err: dict) -> str:
@@ -31,21 +33,36 @@ def _allowed_from_pydantic(err: dict) -> str:
         return f"must be <= {ctx.get('le')}"
     if kind.startswith("less_than"):
         return f"must be < {ctx.get('lt')}"
+    if kind == "finite_number":
+        return "must be a finite number (not inf or nan)"
     if kind == "literal_error":
         return f"must be one of {ctx.get('expected')}"
     msg = err.get("msg", "invalid value")
     return msg[len("Value error, "):] if msg.startswith("Value error, ") else msg
 
 
+def _model_at(model: type[BaseModel] | None, path: tuple) -> type[BaseModel] | None:
+    """The nested config block that ``path`` (field names) leads to from ``model``, if it is one."""
+    for part in path:
+        field = model.model_fields.get(part) if model is not None and isinstance(part, str) else None
+        if field is None:
+            return None
+        candidates = [field.annotation, *typing.get_args(field.annotation)]
+        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+    return model
+
+
 def config_error_from_pydantic(exc: ValidationError, prefix: str, model: type[BaseModel] | None = None) -> ConfigError:
     """The first error of a pydantic ``ValidationError`` as a one-line :class:`ConfigError`."""
     err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err.get("loc", ()))
-    key = ".".join(p for p in (prefix, loc) if p)
-    allowed = _allowed_from_pydantic(err)
+    loc = tuple(err.get("loc", ()))
+    key = one_line(".".join(p for p in (prefix, ".".join(str(p) for p in loc)) if p))
+    allowed = one_line(_allowed_from_pydantic(err), 400)
     if err.get("type") == "extra_forbidden" and model is not None:
-        allowed = "unknown key; allowed keys: " + ", ".join(sorted(model.model_fields)) if model.model_fields \
-            else "unknown key; this component takes no options"
+        block = _model_at(model, loc[:-1])  # an unknown key inside eval/runtime/lr_schedule lists *their* keys
+        if block is not None:
+            allowed = "unknown key; allowed keys: " + ", ".join(sorted(block.model_fields)) if block.model_fields \
+                else "unknown key; this component takes no options"
     return ConfigError(key, err.get("input"), allowed)
 
 

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
-import yaml
 from pydantic import BaseModel
 
 from ..errors import ConfigError, ConfigWarning
 from ..registry import Registry
 from ..training.config import TrainConfig
+from . import safe_yaml
 from .components import validate_component, validate_model
+from .display import one_line
 from .schema import ExperimentConfig
 
 
@@ -70,11 +71,19 @@ class ResolvedExperiment:
         return out
 
 
+#: What a minimal experiment file looks like, for the message that refuses an empty one.
+MINIMAL_EXAMPLE = "`rounds: 50` and `data: {name: synthetic, num_clients: 30}`"
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
+    """The experiment file at ``path`` as a dict; anything else is one :class:`ConfigError` naming the file."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError("config", str(path), "file not found; give the path of an experiment YAML file")
     try:
+        if p.stat().st_size > 4 * safe_yaml.MAX_CHARS:
+            raise ConfigError("config", str(path), f"is {p.stat().st_size:,} bytes; an experiment file is at most "
+                                                   f"{safe_yaml.MAX_CHARS:,} characters")
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError("config", str(path), f"is not a UTF-8 text file ({exc.reason} at byte {exc.start}); "
@@ -82,28 +91,41 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError("config", str(path), f"cannot be read ({exc.strerror or exc})") from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise ConfigError("config", str(path), f"is not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
-    if data is None:
-        data = {}
+        data = safe_yaml.load(text)
+    except safe_yaml.BadYaml as exc:
+        raise ConfigError("config", str(path), f"{exc.problem}{exc.where}") from None
+    if data is None or data == {}:
+        raise ConfigError("config", str(path), "is empty (or only comments); an experiment file names at least what "
+                                               f"it runs, e.g. {MINIMAL_EXAMPLE} (every other block has a default, "
+                                               "see `turnout list`)")
     if not isinstance(data, dict):
         raise ConfigError("config", str(path), "must be a YAML mapping of keys (data, model, selector, ...)")
     return data
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """``"a.b=c"`` → ``("a.b", yaml-parsed c)``."""
+    """``"a.b=c"`` → ``("a.b", yaml-parsed c)``; text that is not YAML stays a string."""
+    if not isinstance(text, str):
+        raise ConfigError("--set", text, "expected KEY=VALUE text, e.g. selector.clients_per_round=20")
     key, sep, value = text.partition("=")
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
         raise ConfigError("--set", text, "expected KEY=VALUE with a dotted key, e.g. selector.clients_per_round=20")
+    if not value.strip():
+        return key, ""
     try:
-        return key, yaml.safe_load(value) if value.strip() else ""
-    except yaml.YAMLError:
-        return key, value
+        return key, safe_yaml.load(value)
+    except safe_yaml.BadYaml as exc:
+        if exc.problem.startswith("is not valid YAML"):
+            return key, value  # e.g. `--set name=a: b`: taken as the literal text
+        raise ConfigError(f"--set {one_line(key, 80)}", value, f"{exc.problem}{exc.where}") from None
+
+
+def default_block(key: str) -> dict[str, Any]:
+    """The default of a top-level block as a mapping (``devices`` → ``{name: homogeneous}``; ``eval`` → ``{}``)."""
+    field = ExperimentConfig.model_fields.get(key)
+    default = field.get_default(call_default_factory=True) if field is not None else None
+    return copy.deepcopy(default) if isinstance(default, dict) else {}
 
 
 def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any], where: str = "") -> dict[str, Any]:
@@ -111,18 +133,19 @@ def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any], where: str =
     out = copy.deepcopy(raw)
     for key, value in overrides.items():
         if not isinstance(key, str) or not key or any(not p for p in key.split(".")):
-            raise ConfigError(f"{where}{key}", value, "override keys must be dotted names like selector.clients_per_round")
+            raise ConfigError(one_line(f"{where}{key}"), value,
+                              "override keys must be dotted names like selector.clients_per_round")
         node = out
         parts = key.split(".")
         for i, part in enumerate(parts[:-1]):
             nxt = node.get(part)
-            if nxt is None:
-                nxt = node[part] = {}
+            if nxt is None:  # a block the file leaves to its default: override on top of that default
+                nxt = node[part] = default_block(part) if i == 0 else {}
             elif isinstance(nxt, str) and i == 0:  # `selector: uniform` shorthand
                 nxt = node[part] = {"name": nxt}
             elif not isinstance(nxt, dict):
-                raise ConfigError(f"{where}{'.'.join(parts[:i + 1])}", nxt,
-                                  f"is not a mapping, so {key} cannot be set")
+                raise ConfigError(one_line(f"{where}{'.'.join(parts[:i + 1])}"), nxt,
+                                  f"is not a mapping, so {one_line(key)} cannot be set")
             node = nxt
         # Changing a component's name drops the options of the component it replaces.
         if parts[-1] == "name" and len(parts) == 2 and node.get("name") not in (None, value):
@@ -181,9 +204,35 @@ def _reapplied(overrides: dict[str, Any], variant_set: dict[str, Any], merged: d
     return out
 
 
+def check_nesting(value: Any, key: str) -> None:
+    """Refuse a value nested deeper, or larger, than a YAML file may be (see :mod:`.safe_yaml`).
+
+    Values built in Python (``expand`` called from a notebook, a test generator) skip the YAML
+    reader's bounds; unchecked, a 5,000-deep list or a self-containing one would end in a
+    ``RecursionError`` while being copied or shown in an error message.
+    """
+    todo, seen = [(value, 1)], 0
+    while todo:
+        node, depth = todo.pop()
+        seen += 1
+        if depth > safe_yaml.MAX_DEPTH or seen > safe_yaml.MAX_NODES:
+            what = f"nested more than {safe_yaml.MAX_DEPTH} levels deep (or contains itself)" \
+                if depth > safe_yaml.MAX_DEPTH else f"has more than {safe_yaml.MAX_NODES:,} values"
+            raise ConfigError(one_line(key, 80), f"<a {type(value).__name__}>", f"{what}; an experiment needs far less")
+        if isinstance(node, dict):
+            todo.extend((v, depth + 1) for kv in node.items() for v in kv)
+        elif isinstance(node, (list, tuple, set, frozenset)):
+            todo.extend((v, depth + 1) for v in node)
+
+
 def expand(raw: dict[str, Any], catalogue: Catalogue, overrides: dict[str, Any] | None = None
            ) -> list[ResolvedExperiment]:
     """Validate the base config and every variant; variants without a list mean one run named ``base``."""
+    if not isinstance(raw, dict):
+        raise ConfigError("config", f"<a {type(raw).__name__}>",
+                          "must be a mapping of keys (data, model, selector, ...)")
+    for key, value in [*raw.items(), *(overrides or {}).items()]:
+        check_nesting(value, str(key))
     raw = apply_overrides(raw, overrides or {})
     base = resolve(raw, catalogue)
     if not base.config.variants:

@@ -43,6 +43,26 @@ def default_of(field: FieldInfo) -> Any:
     return field.get_default(call_default_factory=True)
 
 
+def value_range(metadata) -> str:
+    """A field's accepted range, e.g. ``" in [1, 10,000,000]"`` (empty when unbounded)."""
+    from annotated_types import Ge, Gt, Le, Lt
+
+    def fmt(v) -> str:
+        return f"{v:,}" if isinstance(v, int) else f"{v:g}"
+
+    lo = next((f"[{fmt(m.ge)}" for m in metadata if isinstance(m, Ge)), None) or \
+        next((f"({fmt(m.gt)}" for m in metadata if isinstance(m, Gt)), None)
+    hi = next((f"{fmt(m.le)}]" for m in metadata if isinstance(m, Le)), None) or \
+        next((f"{fmt(m.lt)})" for m in metadata if isinstance(m, Lt)), None)
+    if lo and hi:
+        return f" in {lo}, {hi}"
+    if lo:
+        return f" {'>=' if lo[0] == '[' else '>'} {lo[1:]}"
+    if hi:
+        return f" {'<=' if hi[-1] == ']' else '<'} {hi[:-1]}"
+    return ""
+
+
 def option_lines(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
     """``key = default: description`` for every option of ``model``; nested blocks as ``block.key`` lines."""
     for key, field in model.model_fields.items():
@@ -58,6 +78,7 @@ def option_lines(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
         choices = _choices(field.annotation)
         if choices:
             about += ("; " if about else "") + "one of: " + ", ".join(map(str, choices))
+        shown += value_range(field.metadata)
         yield f"{name} = {shown}: {about}" if about else f"{name} = {shown}"
         if nested is not None:
             yield from option_lines(nested, name + ".")

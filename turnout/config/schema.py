@@ -27,24 +27,33 @@ own ``Config`` by :func:`turnout.config.loader.resolve`, so adding a component n
 
 from __future__ import annotations
 
-from typing import Any
+import unicodedata
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
 
 from ..errors import ConfigError
 from .base import StrictModel
+from .limits import MAX_BATCH, MAX_EPOCHS, MAX_ROUNDS, MAX_SEED, MAX_STATE_MB
+
+#: A run seed. Every random stream is keyed by the seed as one 32-bit word, so larger or negative
+#: seeds would alias smaller ones (2^32 would repeat seed 0); they are refused instead.
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 
 
 class EvalConfig(StrictModel):
     """When and how the server model is evaluated, and the target the *_to_target metrics count to."""
 
-    every: int = Field(1, ge=1, description="evaluate on the server test set every n rounds (and after the last)")
+    every: int = Field(1, ge=1, le=MAX_ROUNDS,
+                       description="evaluate on the server test set every n rounds (and after the last)")
     per_client: bool = Field(False, description="also evaluate every client's local test part at the end")
     target_accuracy: float | None = Field(None, gt=0.0, le=1.0, description="report rounds/time/bytes to reach it")
-    batch_size: int = Field(2048, ge=1, description="test samples per evaluation forward pass")
+    batch_size: int = Field(2048, ge=1, le=MAX_BATCH,
+                            description="test samples per evaluation forward pass")
     centralized_baseline: bool = Field(False, description="also train the model on the union of client training "
                                                           "data and report its test accuracy (a ceiling)")
-    centralized_epochs: int = Field(30, ge=1, description="epochs of the centralized_baseline training")
+    centralized_epochs: int = Field(30, ge=1, le=MAX_EPOCHS, description="epochs of the centralized_baseline "
+                                                                         "training")
 
 
 class OutputConfig(StrictModel):
@@ -58,13 +67,15 @@ class RuntimeConfig(StrictModel):
     """Resources the simulation may use: CPU threads, and RAM for per-client state before it spills to disk."""
 
     torch_threads: int = Field(1, ge=1, le=256, description="intra-op threads; 1 is fastest for small models")
-    state_budget_mb: float = Field(1024.0, gt=0.0, description="RAM for per-client model-sized state (control "
-                                   "variates, memories, residuals); beyond it rows spill to a memory-mapped file")
+    state_budget_mb: float = Field(1024.0, gt=0.0, le=MAX_STATE_MB,
+                                   description="RAM for per-client model-sized state (control variates, memories, "
+                                               "residuals); beyond it rows spill to a memory-mapped file (at most "
+                                               "16 TiB)")
     num_cpus: float = Field(1.0, gt=0.0, le=1024.0, description="CPUs a unit asks of Ray (--backend ray)")
     num_gpus: float = Field(0.0, ge=0.0, le=64.0, description="GPUs a unit asks of Ray (--backend ray; fractions "
                                                                 "share a GPU)")
     checkpoint_every_rounds: int | None = Field(
-        None, ge=1, le=1_000_000, description="also checkpoint each unit every this many rounds (null: by time only)")
+        None, ge=1, le=MAX_ROUNDS, description="also checkpoint each unit every this many rounds (null: by time only)")
     checkpoint_every_s: float | None = Field(
         120.0, gt=0.0, le=86400.0, description="checkpoint each unit when this many wall-clock seconds have passed "
                                                "since its last checkpoint (null: by rounds only); a crash loses at "
@@ -81,6 +92,8 @@ class VariantConfig(StrictModel):
         bad = set(v) & set('/\\\n\r\t"')
         if bad:
             raise ValueError(f"variant names may not contain {sorted(bad)}")
+        if any(unicodedata.category(c) == "Cc" for c in v):
+            raise ValueError("variant names may not contain control characters")
         return v
 
 
@@ -88,8 +101,9 @@ class ExperimentConfig(StrictModel):
     """A whole experiment: the seams' blocks, the rounds, the seeds and the variants to compare."""
 
     name: str = Field("experiment", min_length=1, max_length=80, pattern=r"^[A-Za-z0-9_.+=-]+$")
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, max_length=100)
-    rounds: int = Field(100, ge=1, le=1_000_000)
+    seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1, max_length=100,
+                              description="one simulated population each; 0 <= seed < 2^32")
+    rounds: int = Field(100, ge=1, le=MAX_ROUNDS)
     data: dict[str, Any] = Field(default_factory=lambda: {"name": "synthetic"})
     model: dict[str, Any] = Field(default_factory=lambda: {"name": "logreg"})
     train: dict[str, Any] = Field(default_factory=dict)

@@ -13,8 +13,8 @@ import numpy as np
 from pydantic import Field
 
 from .. import rng as rngmod
-from .federated import FederatedDataset
-from .pooled import PooledSplitConfig, split_pool
+from .federated import DataFootprint, FederatedDataset
+from .pooled import PooledSplitConfig, pooled_footprint, split_pool
 from .registry import DATASETS
 
 
@@ -42,6 +42,10 @@ class DigitsDataset:
     class Config(PooledSplitConfig):
         server_test_fraction: float = Field(
             0.25, gt=0.0, lt=1.0, description="share of the 1,797 images held out as the server test set")
+
+    @classmethod
+    def footprint(cls, cfg: "DigitsDataset.Config") -> DataFootprint:
+        return pooled_footprint(cfg, 1797, (1, 8, 8), 10, raw_bytes=1797 * 64 * 8)
 
     @classmethod
     def build(cls, cfg: "DigitsDataset.Config", seed: int) -> FederatedDataset:

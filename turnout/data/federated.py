@@ -32,6 +32,23 @@ def group_by_client(client_of_row: np.ndarray, num_clients: int) -> tuple[np.nda
     return order, offsets_from_counts(counts)
 
 
+@dataclass(frozen=True)
+class DataFootprint:
+    """A dataset's size estimated from its config alone, for the memory pre-flight (:mod:`turnout.preflight`).
+
+    A dataset class may offer ``footprint(cfg) -> DataFootprint``; fields it cannot know without
+    reading its files are ``None``. ``driver`` names the option that makes it big (``dim``,
+    ``num_clients``, ``path``), so a refusal can name the key to change.
+    """
+
+    bytes: int  # peak memory while building it and holding the result
+    driver: str
+    num_clients: int | None = None
+    input_shape: tuple[int, ...] | None = None
+    num_classes: int | None = None
+    max_client_rows: int = 0
+
+
 @dataclass
 class FederatedDataset:
     """Train/test data of every client plus a server-side test set.

@@ -21,9 +21,10 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from .. import rng as rngmod
+from ..config.limits import MAX_SAMPLES
 from ..errors import DataError
-from .federated import FederatedDataset
-from .pooled import PooledSplitConfig, split_pool
+from .federated import DataFootprint, FederatedDataset
+from .pooled import PooledSplitConfig, pooled_footprint, split_pool
 from .registry import DATASETS
 
 #: IDX type code → big-endian numpy dtype.
@@ -76,6 +77,24 @@ def read_idx(path: str | os.PathLike, expect_magic: int | None = None) -> np.nda
     return np.frombuffer(raw, dtype=dtype, count=count, offset=header).astype(dtype.newbyteorder("=")).reshape(dims)
 
 
+def _idx_header(path: Path | None) -> tuple[int, ...] | None:
+    """The dimensions an IDX file's header declares (reading only the header), or ``None``."""
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            gzipped = f.read(2) == b"\x1f\x8b"
+        with (gzip.open(path) if gzipped else open(path, "rb")) as f:
+            head = f.read(4)
+            ndim = head[3] if len(head) == 4 else 0
+            dims = f.read(4 * ndim)
+    except (OSError, EOFError, zlib.error):
+        return None
+    if ndim == 0 or len(dims) != 4 * ndim:
+        return None
+    return tuple(int(d) for d in np.frombuffer(dims, dtype=">u4"))
+
+
 def find_idx_file(directory: str | os.PathLike, stem: str) -> Path | None:
     """``directory/stem`` if present (raw is faster), else ``directory/stem.gz``, else ``None``."""
     d = Path(directory).expanduser()
@@ -103,7 +122,8 @@ def _subset(n: int, limit: int | None, seed: int, purpose: str) -> np.ndarray | 
     return np.sort(rngmod.stream(seed, purpose).choice(n, size=limit, replace=False))
 
 
-def _load_split(directory: str, prefix: str, limit: int | None, seed: int, purpose: str) -> tuple[np.ndarray, np.ndarray]:
+def _load_split(directory: str, prefix: str, limit: int | None, seed: int,
+                purpose: str) -> tuple[np.ndarray, np.ndarray]:
     """Images ``(n, 1, rows, cols)`` float32 in [0, 1] and int64 labels of the ``train`` or ``t10k`` files."""
     img_path = find_idx_file(directory, f"{prefix}-images-idx3-ubyte")
     lbl_path = find_idx_file(directory, f"{prefix}-labels-idx1-ubyte")
@@ -127,14 +147,27 @@ def _load_split(directory: str, prefix: str, limit: int | None, seed: int, purpo
 class _IdxConfig(PooledSplitConfig):
     """Options shared by the IDX datasets (``path`` is declared by each dataset)."""
 
-    limit_train: int | None = Field(None, ge=1, description="use a random subset of this many training images")
-    limit_test: int | None = Field(None, ge=1, description="use a random subset of this many server test images")
+    limit_train: int | None = Field(None, ge=1, le=MAX_SAMPLES,
+                                    description="use a random subset of this many training images")
+    limit_test: int | None = Field(None, ge=1, le=MAX_SAMPLES,
+                                   description="use a random subset of this many server test images")
 
 
 class _IdxDataset:
     """Build logic shared by Fashion-MNIST and MNIST: t10k is the server test set, train is partitioned."""
 
     name = ""
+
+    @classmethod
+    def footprint(cls, cfg: _IdxConfig) -> DataFootprint | None:
+        """From the image files' headers (read from the first bytes only); ``None`` if they are unreadable."""
+        path: str = cfg.path  # type: ignore[attr-defined]
+        shapes = [_idx_header(find_idx_file(path, f"{p}-images-idx3-ubyte")) for p in ("train", "t10k")]
+        if None in shapes or len(shapes[0]) != 3:
+            return None
+        (n_train, h, w), (n_test, *_) = shapes
+        rows = min(n_train, cfg.limit_train or n_train) + min(n_test, cfg.limit_test or n_test)
+        return pooled_footprint(cfg, rows, (1, h, w), 10, raw_bytes=2 * (n_train + n_test) * h * w)
 
     @classmethod
     def build(cls, cfg: _IdxConfig, seed: int) -> FederatedDataset:

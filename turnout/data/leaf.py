@@ -13,15 +13,16 @@ import itertools
 import json
 import math
 import os
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field, field_validator
 
 from .. import rng as rngmod
 from ..config.base import StrictModel
+from ..config.limits import MAX_CLASSES, MAX_FEATURES
 from ..errors import DataError
-from .federated import FederatedDataset, offsets_from_counts
+from .federated import DataFootprint, FederatedDataset, offsets_from_counts
 from .registry import DATASETS
 
 _NOT_FOUND = "file not found; give the path of a LEAF JSON file (users/num_samples/user_data)"
@@ -115,8 +116,9 @@ class LeafJsonDataset:
         test_path: str | None = Field(None, description="LEAF JSON test file; None = split train_path per user")
         train_fraction: float = Field(0.9, gt=0.0, lt=1.0, description="per-user train share without test_path")
         server_test: Literal["pooled_client_test"] = "pooled_client_test"
-        input_shape: list[int] | None = Field(None, min_length=1, description="shape of one sample, e.g. [1, 28, 28]")
-        num_classes: int | None = Field(None, ge=2, description="None = largest label + 1")
+        input_shape: list[Annotated[int, Field(ge=1, le=MAX_FEATURES)]] | None = Field(
+            None, min_length=1, max_length=8, description="shape of one sample, e.g. [1, 28, 28]")
+        num_classes: int | None = Field(None, ge=2, le=MAX_CLASSES, description="None = largest label + 1")
 
         @field_validator("train_path", "test_path")
         @classmethod
@@ -132,6 +134,16 @@ class LeafJsonDataset:
             if v is not None and any(d < 1 for d in v):
                 raise ValueError("every dimension must be >= 1")
             return v
+
+    @classmethod
+    def footprint(cls, cfg: "LeafJsonDataset.Config") -> DataFootprint | None:
+        """From the JSON files' sizes: parsed into Python lists (~8 bytes per character), then arrays."""
+        try:
+            size = sum(os.path.getsize(p) for p in (cfg.train_path, cfg.test_path) if p is not None)
+        except OSError:
+            return None
+        shape = tuple(cfg.input_shape) if cfg.input_shape is not None else None
+        return DataFootprint(8 * size, "train_path", input_shape=shape, num_classes=cfg.num_classes)
 
     @classmethod
     def build(cls, cfg: "LeafJsonDataset.Config", seed: int) -> FederatedDataset:

@@ -12,6 +12,7 @@ import numpy as np
 from pydantic import Field
 
 from ..config.base import StrictModel
+from ..config.limits import MAX_COUNT, MAX_SAMPLES, MAX_SCALE
 from ..errors import ConfigError
 from .registry import PARTITIONERS
 
@@ -87,9 +88,11 @@ class DirichletPartitioner:
     """
 
     class Config(StrictModel):
-        alpha: float = Field(0.5, gt=0.0, description="Dirichlet concentration; small = strong label skew")
-        min_size: int = Field(1, ge=0, description="redraw until every client has at least this many rows")
-        max_tries: int = Field(100, ge=1, description="redraws allowed before giving up")
+        alpha: float = Field(0.5, gt=0.0, le=MAX_SCALE,
+                             description="Dirichlet concentration; small = strong label skew")
+        min_size: int = Field(1, ge=0, le=MAX_SAMPLES,
+                              description="redraw until every client has at least this many rows")
+        max_tries: int = Field(100, ge=1, le=MAX_COUNT, description="redraws allowed before giving up")
         balance: bool = Field(True, description="FedML's rule: full clients get no share of later classes")
 
     @classmethod
@@ -135,7 +138,7 @@ class ShardsPartitioner:
     """
 
     class Config(StrictModel):
-        shards_per_client: int = Field(2, ge=1, description="shards (≈ labels) per client")
+        shards_per_client: int = Field(2, ge=1, le=MAX_COUNT, description="shards (≈ labels) per client")
 
     @classmethod
     def assign(cls, cfg: "ShardsPartitioner.Config", labels: np.ndarray, num_clients: int,
@@ -162,8 +165,9 @@ class LognormalPartitioner:
     """
 
     class Config(StrictModel):
-        sigma: float = Field(1.0, gt=0.0, description="std of log client size")
-        min_size: int = Field(1, ge=0, description="rows every client gets before the proportional share")
+        sigma: float = Field(1.0, gt=0.0, le=MAX_SCALE, description="std of log client size")
+        min_size: int = Field(1, ge=0, le=MAX_SAMPLES,
+                              description="rows every client gets before the proportional share")
 
     @classmethod
     def assign(cls, cfg: "LognormalPartitioner.Config", labels: np.ndarray, num_clients: int,
@@ -191,7 +195,7 @@ class ZipfPartitioner:
     """
 
     class Config(StrictModel):
-        s: float = Field(1.5, gt=0.0, description="Zipf exponent; larger = stronger label skew")
+        s: float = Field(1.5, gt=0.0, le=MAX_SCALE, description="Zipf exponent; larger = stronger label skew")
 
     @classmethod
     def assign(cls, cfg: "ZipfPartitioner.Config", labels: np.ndarray, num_clients: int,

@@ -8,6 +8,7 @@ held-out test set becomes the server test set.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -16,14 +17,15 @@ from pydantic import Field, model_validator
 from .. import rng as rngmod
 from ..config.base import StrictModel
 from ..config.components import validate_component
-from .federated import FederatedDataset, group_by_client, offsets_from_counts
+from ..config.limits import MAX_CLIENTS
+from .federated import DataFootprint, FederatedDataset, group_by_client, offsets_from_counts
 from .registry import PARTITIONERS
 
 
 class PooledSplitConfig(StrictModel):
     """Options shared by every dataset that needs a partitioner."""
 
-    num_clients: int = Field(100, ge=1, le=10_000_000, description="clients the training pool is divided over")
+    num_clients: int = Field(100, ge=1, le=MAX_CLIENTS, description="clients the training pool is divided over")
     partition: dict[str, Any] = Field(default_factory=lambda: {"name": "iid"}, description="partitioner block "
                                       "{name: ..., options}; see `turnout list data.partition`")
     client_test_fraction: float = Field(0.1, ge=0.0, lt=1.0, description="share of each client's rows kept as "
@@ -33,6 +35,19 @@ class PooledSplitConfig(StrictModel):
     def _check_partition(self):
         validate_component(PARTITIONERS, self.partition, "partition")
         return self
+
+
+def pooled_footprint(cfg: PooledSplitConfig, rows: int, input_shape: tuple[int, ...], num_classes: int,
+                     raw_bytes: int = 0) -> DataFootprint:
+    """Size of a pooled dataset of ``rows`` float32 samples once split: the pool, its train/test copies
+    (about three float32 copies in all) plus whatever the loader reads first (``raw_bytes``), and
+    the partition's per-client arrays."""
+    per_row = 4 * math.prod(input_shape)
+    data = rows * (3 * per_row + 4 * 8) + raw_bytes
+    clients = cfg.num_clients * 16 * 8
+    return DataFootprint(data + clients, "num_clients" if clients > data else "name", num_clients=cfg.num_clients,
+                         input_shape=tuple(input_shape), num_classes=num_classes,
+                         max_client_rows=rows)
 
 
 def split_pool(name: str, x: np.ndarray, y: np.ndarray, x_server_test: np.ndarray, y_server_test: np.ndarray,

@@ -31,8 +31,9 @@ from numpy.lib.stride_tricks import sliding_window_view
 from pydantic import Field, ValidationInfo, field_validator
 
 from ..config.base import StrictModel
+from ..config.limits import MAX_CLIENTS, MAX_FEATURES, MAX_SAMPLES
 from ..errors import DataError
-from .federated import FederatedDataset, offsets_from_counts
+from .federated import DataFootprint, FederatedDataset, offsets_from_counts
 from .registry import DATASETS
 
 #: LEAF's ``ALL_LETTERS``: the 80 characters its Shakespeare models embed. Anything else is OOV.
@@ -152,7 +153,10 @@ def _play_title(path: Path, text: str | None = None) -> str:
 
 
 def _selected(files: list[Path], plays: list[str] | None) -> list[Path]:
-    """The files whose title or file name matches one of ``plays`` (case-insensitive); ``ValueError`` on unknown names."""
+    """The files whose title or file name matches one of ``plays`` (case-insensitive).
+
+    Raises ``ValueError`` naming an unknown play.
+    """
     if plays is None:
         return files
     keys = [{_play_title(f).casefold(), f.stem.casefold()} for f in files]
@@ -202,11 +206,14 @@ class ShakespeareDataset:
     """
 
     class Config(StrictModel):
-        seq_len: int = Field(80, ge=1, description="characters of context per sample (LEAF: 80)")
-        min_samples: int = Field(64, ge=1, description="drop roles with fewer samples (before truncation)")
-        max_clients: int | None = Field(100, ge=1, description="keep only the roles with the most samples")
+        seq_len: int = Field(80, ge=1, le=MAX_FEATURES, description="characters of context per sample (LEAF: 80)")
+        min_samples: int = Field(64, ge=1, le=MAX_SAMPLES,
+                                 description="drop roles with fewer samples (before truncation)")
+        max_clients: int | None = Field(100, ge=1, le=MAX_CLIENTS,
+                                        description="keep only the roles with the most samples")
         max_samples_per_client: int | None = Field(
-            2000, ge=2, description="keep each role's first N samples (bounds memory: each is seq_len int64)")
+            2000, ge=2, le=MAX_SAMPLES,
+            description="keep each role's first N samples (bounds memory: each is seq_len int64)")
         train_fraction: float = Field(0.8, gt=0.0, lt=1.0, description="LEAF split: first int(frac*n) samples train")
         context: Literal["line", "role"] = Field(
             "line", description="line: LEAF, context restarts at every spoken line; role: it runs across lines")
@@ -225,6 +232,23 @@ class ShakespeareDataset:
             if v is not None and "path" in info.data:  # absent when path itself failed
                 _selected(play_files(plays_dir(info.data["path"])), v)
             return v
+
+    @classmethod
+    def footprint(cls, cfg: "ShakespeareDataset.Config") -> DataFootprint | None:
+        """From the plays' file sizes: at most one sample per character, each ``seq_len`` int64 ids
+        (train and test copies), plus the padded buffer with ``seq_len`` spaces per spoken line."""
+        try:
+            files = _selected(play_files(plays_dir(cfg.path)), cfg.plays)
+            chars = sum(f.stat().st_size for f in files)
+        except (ValueError, OSError):
+            return None
+        samples = chars
+        if cfg.max_clients is not None and cfg.max_samples_per_client is not None:
+            samples = min(chars, cfg.max_clients * cfg.max_samples_per_client)
+        L = cfg.seq_len
+        total = samples * (L * 8 + 3 * 8) + chars * (L // 20 + 32)  # ~1 line per 20 characters
+        return DataFootprint(total, "seq_len", num_clients=cfg.max_clients, input_shape=(L,),
+                             num_classes=len(LEAF_VOCAB) + 1, max_client_rows=cfg.max_samples_per_client or samples)
 
     @classmethod
     def build(cls, cfg: "ShakespeareDataset.Config", seed: int) -> FederatedDataset:

@@ -21,6 +21,7 @@ per-user shuffle) and ``fedgs`` (FedGS / easyFL ``dist_id=10``; seeded ``RandomS
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import numpy as np
@@ -28,7 +29,8 @@ from pydantic import Field
 
 from .. import rng as rngmod
 from ..config.base import StrictModel
-from .federated import FederatedDataset, offsets_from_counts
+from ..config.limits import MAX_CLASSES, MAX_CLIENTS, MAX_FEATURES, MAX_SAMPLES, MAX_SCALE, MAX_SEED
+from .federated import DataFootprint, FederatedDataset, offsets_from_counts
 from .registry import DATASETS
 
 
@@ -138,15 +140,33 @@ class SyntheticDataset:
     """
 
     class Config(StrictModel):
-        alpha: float = Field(0.5, ge=0.0, description="model (concept) skew: std of u_k in W_k, b_k ~ N(u_k, 1)")
-        beta: float = Field(0.5, ge=0.0, description="feature skew: std of B_k in v_k ~ N(B_k, 1)")
+        alpha: float = Field(0.5, ge=0.0, le=MAX_SCALE,
+                             description="model (concept) skew: std of u_k in W_k, b_k ~ N(u_k, 1)")
+        beta: float = Field(0.5, ge=0.0, le=MAX_SCALE, description="feature skew: std of B_k in v_k ~ N(B_k, 1)")
         iid: bool = Field(False, description="one global model and a common feature mean for all clients")
-        num_clients: int = Field(30, ge=1)
-        dim: int = Field(60, ge=1)
-        num_classes: int = Field(10, ge=2)
+        num_clients: int = Field(30, ge=1, le=MAX_CLIENTS, description=f"at most {MAX_CLIENTS:,}")
+        dim: int = Field(60, ge=1, le=MAX_FEATURES, description=f"features per sample (at most {MAX_FEATURES:,}; "
+                                                                "generation holds a dim × dim covariance)")
+        num_classes: int = Field(10, ge=2, le=MAX_CLASSES)
         variant: Literal["fedprox", "fedgs"] = "fedprox"
-        min_samples: int = Field(50, ge=1, description="added to int(lognormal(4, 2)) for every client")
-        data_seed: int | None = Field(None, description="seed of the data; default: the run seed")
+        min_samples: int = Field(50, ge=1, le=MAX_SAMPLES, description="added to int(lognormal(4, 2)) for every client")
+        data_seed: int | None = Field(None, ge=0, le=MAX_SEED,
+                                      description="seed of the data; default: the run seed (0 <= seed < 2^32)")
+
+    @classmethod
+    def footprint(cls, cfg: "SyntheticDataset.Config") -> DataFootprint:
+        """Expected size: ``E[lognormal(4, 2)] = e^6`` rows per client plus ``min_samples``, each drawn as
+        float64 then copied to float32 (shuffled, split); ``multivariate_normal`` factorises the
+        ``dim × dim`` covariance (about four such matrices); every client's true model is kept."""
+        n, dim = cfg.num_clients, cfg.dim
+        rows = n * (math.exp(6.0) + cfg.min_samples)
+        samples = rows * (dim * (8 + 4 + 4 + 4) + 3 * 8)
+        covariance = 4 * 8 * dim * dim
+        models = n * ((dim + 1) * cfg.num_classes * (8 + 4) + dim * 8)
+        driver = "dim" if covariance > samples + models else "num_clients"
+        return DataFootprint(int(samples + covariance + models), driver, num_clients=n, input_shape=(dim,),
+                             num_classes=cfg.num_classes,
+                             max_client_rows=int(math.exp(4 + 2 * 4) + cfg.min_samples))  # lognormal's 4σ quantile
 
     @classmethod
     def build(cls, cfg: "SyntheticDataset.Config", seed: int) -> FederatedDataset:

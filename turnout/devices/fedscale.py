@@ -39,6 +39,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from ..config.base import StrictModel
+from ..config.limits import MAX_SCALE
 from ..errors import DataError
 from ..world.population import DeviceProfiles
 from .base import DEVICES, DeviceModel
@@ -181,8 +182,10 @@ def write_capacity_csv(path: str | os.PathLike, profiles: CapacityTable | Device
 
 
 class FedScaleCapacityConfig(StrictModel):
-    path: str = Field(..., description="capacity CSV: client,computation_ms_per_sample,communication_kbps[,dl_kbps,ul_kbps]")
-    aug: float = Field(3.0, gt=0.0, description="compute multiplier on inference latency (FedScale 3.0, GlueFL 0.4)")
+    path: str = Field(...,
+                      description="capacity CSV: client,computation_ms_per_sample,communication_kbps[,dl_kbps,ul_kbps]")
+    aug: float = Field(3.0, gt=0.0, le=MAX_SCALE,
+                       description="compute multiplier on inference latency (FedScale 3.0, GlueFL 0.4)")
     kilobit_bits: Literal[1000, 1024] = Field(1024, description="bits per kbit (FedScale's sizes use 1024)")
 
     @field_validator("path")

@@ -43,6 +43,7 @@ from pydantic import Field
 
 from .. import rng as rngmod
 from ..config.base import StrictModel
+from ..config.limits import MAX_S_PER_SAMPLE
 from ..world.population import DeviceProfiles
 from .base import DEVICES, DeviceModel
 
@@ -79,10 +80,11 @@ def positive_normal(rng: np.random.Generator, mean: np.ndarray, sigma: np.ndarra
 class FlashConfig(StrictModel):
     compute: Literal["ai_benchmark", "lognormal"] = Field(
         "ai_benchmark", description="per-sample compute: AI-Benchmark score ratio, or FedScale's log-normal")
-    s_per_sample: float = Field(0.005, gt=0.0, description="seconds/sample of a median-score phone "
-                                "(ai_benchmark) or FedScale's mean_seconds_per_sample (lognormal)")
-    tail_skew: float = Field(0.6, ge=0.0, description="sigma of FedScale's log-normal (lognormal)")
-    lognormal_mu: float = Field(1.0, description="mu of FedScale's log-normal (FedScale's code: 1)")
+    s_per_sample: float = Field(0.005, gt=0.0, le=MAX_S_PER_SAMPLE,
+                                description="seconds/sample of a median-score phone "
+                                            "(ai_benchmark) or FedScale's mean_seconds_per_sample (lognormal)")
+    tail_skew: float = Field(0.6, ge=0.0, le=10.0, description="sigma of FedScale's log-normal (lognormal)")
+    lognormal_mu: float = Field(1.0, ge=-50.0, le=50.0, description="mu of FedScale's log-normal (FedScale's code: 1)")
     bandwidth: Literal["normal", "mean"] = Field("normal", description="draw from N(u, sigma) or use u")
     kilobyte_bytes: Literal[1000, 1024] = Field(1024, description="bytes per KB of FLASH's KB/s (FLASH: 1024)")
 

@@ -10,14 +10,18 @@ import numpy as np
 from pydantic import Field
 
 from ..config.base import StrictModel
+from ..config.limits import MAX_KBPS, MAX_S_PER_SAMPLE, MIN_KBPS
 from ..world.population import DeviceProfiles
 from .base import DEVICES, DeviceModel
 
 
 class HomogeneousConfig(StrictModel):
-    compute_s_per_sample: float = Field(0.005, ge=0.0, description="seconds of local training per sample")
-    down_kBps: float = Field(4318.0, gt=0.0, description="download bandwidth, kilobytes (1000 B) per second")
-    up_kBps: float = Field(3286.0, gt=0.0, description="upload bandwidth, kilobytes (1000 B) per second")
+    compute_s_per_sample: float = Field(0.005, ge=0.0, le=MAX_S_PER_SAMPLE,
+                                        description="seconds of local training per sample (at most 3,600)")
+    down_kBps: float = Field(4318.0, ge=MIN_KBPS, le=MAX_KBPS,
+                             description="download bandwidth, kilobytes (1000 B) per second (1e-3 to 1e9)")
+    up_kBps: float = Field(3286.0, ge=MIN_KBPS, le=MAX_KBPS,
+                           description="upload bandwidth, kilobytes (1000 B) per second (1e-3 to 1e9)")
 
 
 @DEVICES.register("homogeneous")

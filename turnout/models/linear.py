@@ -14,6 +14,7 @@ from pydantic import Field
 from torch import nn
 
 from ..config.base import StrictModel
+from ..config.limits import MAX_WIDTH
 from .registry import MODELS
 
 
@@ -41,7 +42,8 @@ class MLP:
     """Multilayer perceptron: flatten, then hidden Linear+activation layers, then a Linear head."""
 
     class Config(StrictModel):
-        hidden: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)] = [200, 200]
+        hidden: Annotated[list[Annotated[int, Field(ge=1, le=MAX_WIDTH)]],
+                          Field(min_length=1, max_length=1000)] = [200, 200]
         """Widths of the hidden layers (default: the 2NN of McMahan et al. 2017); use logreg for none."""
         activation: Literal["relu", "tanh"] = "relu"
 

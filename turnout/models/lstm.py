@@ -16,6 +16,7 @@ from pydantic import Field
 from torch import nn
 
 from ..config.base import StrictModel
+from ..config.limits import MAX_WIDTH
 from .registry import MODELS
 
 
@@ -87,9 +88,9 @@ class CharLSTM:
     """LEAF Shakespeare next-character model: Embedding(8) → 2-layer LSTM(256) → Linear, last step."""
 
     class Config(StrictModel):
-        embed_dim: int = Field(8, ge=1)
-        hidden: int = Field(256, ge=1)
-        layers: int = Field(2, ge=1)
+        embed_dim: int = Field(8, ge=1, le=MAX_WIDTH)
+        hidden: int = Field(256, ge=1, le=MAX_WIDTH)
+        layers: int = Field(2, ge=1, le=1000)
         impl: Literal["fused", "unrolled"] = "fused"
         """'fused': nn.LSTM (fastest for one model); 'unrolled': same parameters and init in plain
         matmuls, which works under torch.func.vmap (for executors that stack many clients)."""

@@ -224,7 +224,7 @@ class MobileNetV2:
     """MobileNet V2 (Sandler et al. 2018) with BatchNorm; CIFAR-style stride-1 stem by default."""
 
     class Config(StrictModel):
-        width_mult: float = Field(1.0, gt=0)
+        width_mult: float = Field(1.0, gt=0, le=100.0)
         """Width multiplier; channels are rounded to multiples of 8."""
         stem: Literal["cifar", "imagenet"] = "cifar"
         """'cifar': stride-1 first conv and stride 1 in the 24-channel group; 'imagenet': as the paper."""

@@ -79,7 +79,7 @@ class ResNet18GN:
     """ResNet-18 with GroupNorm instead of BatchNorm (CIFAR 3x3 stem by default), for (C,H,W) images."""
 
     class Config(StrictModel):
-        groups: int = Field(2, ge=1)
+        groups: int = Field(2, ge=1, le=64)
         """GroupNorm groups; must divide 64 (every stage width is a multiple of 64)."""
         stem: Literal["cifar", "imagenet"] = "cifar"
         """'cifar': 3x3 stride-1 conv, no max-pool; 'imagenet': 7x7 stride-2 conv + 3x3 max-pool."""

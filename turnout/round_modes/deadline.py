@@ -37,13 +37,15 @@ import numpy as np
 from pydantic import Field
 
 from ..config.base import StrictModel
+from ..config.limits import MAX_CLIENTS, MAX_SECONDS
 from .base import ROUND_MODES, RoundClose, RoundMode
 from .over_commit import first_to_deliver
 
 
 class DeadlineConfig(StrictModel):
-    deadline_s: float = Field(100.0, gt=0.0, allow_inf_nan=False,
-                              description="round deadline d in simulated seconds (REFL: 100; 300 for NLP)")
+    deadline_s: float = Field(100.0, gt=0.0, le=MAX_SECONDS,
+                              description="round deadline d in simulated seconds (REFL: 100; 300 for NLP; "
+                                          "at most 1e9)")
     keep_late: bool = Field(
         True, description="true: clients that miss the deadline but do not drop out keep training and are "
                           "flagged late (stale reports for a later round, REFL's SAA); false: the server "
@@ -56,8 +58,9 @@ class DeadlineConfig(StrictModel):
                                 "as every launched client has delivered or dropped out (or K reports are in "
                                 "with max_reports=target), never later than d")
     min_reports: int = Field(
-        0, ge=0, description="round-failure rule (0 = rounds never fail, as in REFL's code): with fewer "
-                             "aggregated reports the round aggregates nothing and its on-time work is wasted")
+        0, ge=0, le=MAX_CLIENTS,
+        description="round-failure rule (0 = rounds never fail, as in REFL's code): with fewer "
+                    "aggregated reports the round aggregates nothing and its on-time work is wasted")
 
 
 @ROUND_MODES.register("deadline")

@@ -31,11 +31,12 @@ import numpy as np
 from pydantic import Field
 
 from ..config.base import StrictModel
+from ..config.limits import MAX_SCALE
 from .base import ROUND_MODES, RoundClose, RoundMode
 
 
 class OverCommitConfig(StrictModel):
-    oc: float = Field(1.3, ge=1.0, allow_inf_nan=False,
+    oc: float = Field(1.3, ge=1.0, le=MAX_SCALE,
                       description="over-commitment factor: launch oc·K clients for K wanted reports "
                                   "(FedScale / GlueFL / REFL default 1.3)")
     rounding: Literal["ceil", "round"] = Field(

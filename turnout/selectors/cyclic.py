@@ -37,6 +37,7 @@ from pydantic import Field
 
 from .. import rng as rngmod
 from ..config.base import StrictModel
+from ..config.limits import MAX_CLIENTS
 from ..world.context import WorldContext
 from .base import SELECTORS, Cohort, SelectionContext, Selector
 
@@ -45,7 +46,7 @@ RESHUFFLE_PURPOSE = "selector/reshuffle"
 
 
 class _CyclicConfig(StrictModel):
-    clients_per_round: int = Field(10, ge=1, description="K: block size, reports wanted per round")
+    clients_per_round: int = Field(10, ge=1, le=MAX_CLIENTS, description="K: block size, reports wanted per round")
     weighting: Literal["n_samples", "equal"] = Field(
         "n_samples", description="n_samples: n_k / Σ n over the reports received; equal: 1/K over the reports "
                                  "received")

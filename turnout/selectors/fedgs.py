@@ -24,7 +24,7 @@ summarised in :class:`FedGS`.
 from __future__ import annotations
 
 import time
-from typing import Literal
+from typing import Literal, Optional
 
 import numpy as np
 import torch
@@ -32,6 +32,7 @@ from pydantic import Field
 
 from .. import rng as rngmod
 from ..config.base import StrictModel
+from ..config.limits import MAX_CLIENTS, MAX_COUNT, MAX_FEATURES, MAX_ROUNDS, MAX_SCALE, MAX_SECONDS
 from ..errors import ConfigError
 from ..world.context import WorldContext
 from . import fedgs_graph as graphmod
@@ -82,39 +83,61 @@ class FedGS(Selector):
     """
 
     class Config(StrictModel):
-        clients_per_round: int = Field(10, ge=1, description="K: reports wanted per round (FedGS's M = min(N_a, K))")
-        alpha: float = Field(1.0, ge=0.0,
+        clients_per_round: int = Field(10, ge=1, le=MAX_CLIENTS,
+                                       description="K: reports wanted per round (FedGS's M = min(N_a, K))")
+        alpha: float = Field(1.0, ge=0.0, le=MAX_SCALE,
                              description="α: weight of the 3DG-distance term "
                                          "(paper grid 0, 0.5, 1, 2, 5; 0 = pure balancing)")
         graph: Literal["oracle", "functional", "update_cosine"] = Field(
             "oracle", description="3DG features: oracle (label proportions / synthetic local optima), "
                                   "functional (mean logits on noise; needs engine hooks), update_cosine (uploads)")
-        epsilon: float = Field(graphmod.DEFAULT_EPSILON, ge=0.0,
+        epsilon: float = Field(graphmod.DEFAULT_EPSILON, ge=0.0, le=MAX_SCALE,
                                description="ε: no edge when the normalised similarity is ≤ ε "
                                            "(code 0.01; paper 0.1)")
-        sigma: float = Field(graphmod.DEFAULT_SIGMA, gt=0.0,
+        sigma: float = Field(graphmod.DEFAULT_SIGMA, gt=0.0, le=MAX_SCALE,
                              description="σ in the edge length exp(−V²/σ) (code 0.1; paper σ² = 0.01)")
         clamp_negative: bool = Field(False, description="similarity max(cos, 0) as in the paper's Eqs. 11–12 "
                                                         "(the FedGS code does not clamp)")
         solver: Literal["heuristic", "exact", "auto"] = Field(
             "heuristic", description="heuristic: greedy + swap local search; exact: HiGHS MILP (scipy) on a "
                                      "linearisation; auto: exact when N_a ≤ exact_max_available")
-        exact_max_available: int = Field(20, ge=2, description="largest N_a that solver: auto solves exactly")
-        time_limit_s: float = Field(5.0, gt=0.0, description="wall-clock limit per solve (FedGS/Gurobi: 5 s)")
-        heuristic_starts: int = Field(8, ge=1, description="greedy starting points of the heuristic")
+        exact_max_available: int = Field(20, ge=2, le=1000, description="largest N_a that solver: auto solves exactly")
+        max_swaps: int = Field(solvermod.MAX_SWAPS, ge=1, le=MAX_COUNT,
+                               description="heuristic: most 1-swap improvements per local search (a work limit, so "
+                                           "the same seed gives the same cohorts on any machine)")
+        node_limit: int = Field(solvermod.NODE_LIMIT, ge=1, le=MAX_COUNT,
+                                description="exact: most HiGHS branch-and-bound nodes per solve (a work limit)")
+        time_limit_s: Optional[float] = Field(
+            None, gt=0.0, le=MAX_SECONDS,
+            description="optional wall-clock limit per solve on top of the work limits (FedGS gave Gurobi 5 s); "
+                        "NOT reproducible: a solve it cuts depends on the machine's speed and load at that moment")
+        heuristic_starts: int = Field(8, ge=1, le=1000, description="greedy starting points of the heuristic")
         warmup: Literal["auto", "all", "available", "none"] = Field(
             "auto", description="round-0 graph-building round: auto = all for learned graphs, none for oracle")
-        rebuild_every: int = Field(0, ge=0, description="learned graphs: also rebuild every k rounds (0: only when "
-                                                        "a client reports for the first time)")
-        sketch_dim: int = Field(4096, ge=1, description="update_cosine: count-sketch uploads longer than this")
-        max_clients: int = Field(5000, ge=1, description="refuse larger populations: the 3DG is a dense N×N matrix "
-                                                         "and Floyd–Warshall is O(N³) (~2.5 s at 1,000 clients, "
-                                                         "~20 s at 2,000, minutes at 5,000)")
+        rebuild_every: int = Field(0, ge=0, le=MAX_ROUNDS,
+                                   description="learned graphs: also rebuild every k rounds (0: only when "
+                                               "a client reports for the first time)")
+        sketch_dim: int = Field(4096, ge=1, le=MAX_FEATURES,
+                                description="update_cosine: count-sketch uploads longer than this")
+        max_clients: int = Field(5000, ge=1, le=MAX_CLIENTS,
+                                 description="refuse larger populations: the 3DG is a dense N×N matrix "
+                                             "and Floyd–Warshall is O(N³) (~2.5 s at 1,000 clients, "
+                                             "~20 s at 2,000, minutes at 5,000)")
 
     state_attrs = ("counts", "warmed", "features", "known", "distances", "_new_known", "_changed", "_built_round",
                    "_stats")
     #: derived from the seed (sketch, noise batch) or set at selection and read in the same round
     scratch_attrs = ("_sketch", "_noise", "_start_params")
+
+    @classmethod
+    def memory_bytes(cls, cfg: Config, sizes) -> int:
+        """For the memory pre-flight: the dense N×N distances with Floyd–Warshall's and the similarity's
+        temporaries (about four such matrices), and a warm-up round that trains every client at once."""
+        n = sizes.num_clients
+        if n > cfg.max_clients:  # refused with its own message when the selector is built
+            return 0
+        warmup = cfg.warmup if cfg.warmup != "auto" else ("none" if cfg.graph == "oracle" else "all")
+        return 4 * 8 * n * n + (2 * 4 * sizes.dim * n if warmup == "all" else 0)
 
     def __init__(self, cfg: Config, world: WorldContext):
         super().__init__(cfg, world)
@@ -140,8 +163,8 @@ class FedGS(Selector):
         self._stats: dict[str, list] = {k: [] for k in (
             "round", "solver", "objective", "hit_limit", "optimal", "solve_ms", "n_available", "m", "bound")}
         if cfg.graph == "functional" and world.model is None:
-            raise ConfigError("selector.graph", "functional",
-                              "needs the global model, which this world has none of; use graph: oracle or update_cosine")
+            raise ConfigError("selector.graph", "functional", "needs the global model, which this world has none of; "
+                                                              "use graph: oracle or update_cosine")
         if cfg.graph == "oracle":
             self.distances = graphmod.distances_from_features(
                 self.oracle_features(world), epsilon=cfg.epsilon, sigma=cfg.sigma, clamp_negative=cfg.clamp_negative)
@@ -183,7 +206,7 @@ class FedGS(Selector):
             prob = solvermod.build_problem(self.distances[np.ix_(cand, cand)], self.counts[cand],
                                            float(self.counts.mean()), m, self.num_clients, self.cfg.alpha)
             sol = solvermod.solve(prob, self.cfg.solver, self.cfg.time_limit_s, self.cfg.exact_max_available,
-                                  self.cfg.heuristic_starts)
+                                  self.cfg.heuristic_starts, self.cfg.max_swaps, self.cfg.node_limit)
             chosen = np.sort(cand[sol.chosen])
             self._record(ctx.round, sol.solver, sol.objective, sol.hit_limit, sol.optimal, sol.solve_s, n_a, m,
                          sol.bound)

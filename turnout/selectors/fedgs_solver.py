@@ -9,15 +9,20 @@ out) and ``d_i = −(2(v_i − v̄ − M/N_a) + 1)/(N − 1)`` (prefer rarely-sa
 FedGS code's ``Σ_{i≤j} H̃_ij s_i s_j`` with ``H̃``'s diagonal written as ``d`` (``s_i² = s_i``).
 
 * :func:`solve_heuristic` — greedy construction + best-improvement 1-swap local search, from a
-  few starting points, under a wall-clock limit. ``O(M·n)`` per greedy pass and ``O(M·(n−M))``
-  per swap step, all numpy.
+  few starting points, at most ``max_swaps`` swaps per search. ``O(M·n)`` per greedy pass and
+  ``O(M·(n−M))`` per swap step, all numpy.
 * :func:`solve_exact` — HiGHS (``scipy.optimize.milp``) on a linearisation: one continuous
   ``y_ij ∈ [0,1]`` per pair with ``y_ij ≤ s_i``, ``y_ij ≤ s_j`` and the cardinality cuts
   ``Σ_j y_ij = (M − 1) s_i``. Those cuts make ``y_ij = s_i s_j`` exact at every integer ``s``
   (a chosen client has exactly ``M − 1`` chosen partners, each ``y ≤ 1``), so ``y_ij ≥ s_i+s_j−1``
   is implied, and they give a far tighter LP bound than the textbook McCormick form. Because
-  ``W ≥ 0`` and we maximise, no lower bound on ``y`` is needed either. The heuristic's answer is
-  kept when HiGHS stops at its time limit with nothing better.
+  ``W ≥ 0`` and we maximise, no lower bound on ``y`` is needed either. HiGHS explores at most
+  ``node_limit`` branch-and-bound nodes; the heuristic's answer is kept when it stops there
+  with nothing better.
+
+Both limits count work, not seconds, so a seed gives the same cohorts on any machine under any
+load. A wall-clock ``time_limit_s`` (FedGS gave Gurobi 5 s) can be added on top; a solve cut by
+it depends on the machine's speed at that moment, so runs using it are not reproducible.
 
 Closed forms (both solvers, reported as optimal): ``M ≥ n`` (take all), ``M ≤ 1`` or ``α = 0``
 (no pair term: take the ``M`` largest ``d``).
@@ -34,6 +39,9 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 
 #: Relative tolerance below which a swap is not an improvement (guards against cycling on ties).
 _TOL = 1e-12
+#: Default work limits: 1-swap improvements per local search, HiGHS branch-and-bound nodes per solve.
+MAX_SWAPS = 1_000
+NODE_LIMIT = 10_000
 
 
 @dataclass
@@ -64,7 +72,7 @@ class Solution:
     chosen: np.ndarray  # indices into the problem, sorted
     objective: float
     solver: str  # "heuristic", "exact" or "closed_form"
-    hit_limit: bool  # stopped by the wall-clock limit before finishing
+    hit_limit: bool  # stopped by a work (or wall-clock) limit before finishing
     optimal: bool  # proven optimal (closed form or HiGHS within its gap)
     solve_s: float
     bound: float = float("nan")  # HiGHS dual bound on the optimum (exact only)
@@ -117,10 +125,11 @@ def _greedy(p: Problem, first: int) -> np.ndarray:
     return inside
 
 
-def _local_search(p: Problem, inside: np.ndarray, deadline: float) -> tuple[np.ndarray, bool]:
-    """Best-improvement 1-swap until no swap improves ``f`` (or the deadline passes)."""
+def _local_search(p: Problem, inside: np.ndarray, max_swaps: int, deadline: float) -> tuple[np.ndarray, bool]:
+    """Best-improvement 1-swap until no swap improves ``f`` (or ``max_swaps`` swaps, or the deadline)."""
     g = p.w[:, inside].sum(axis=1)  # g_x = Σ_{k∈S} w_xk
     scale = max(1.0, float(np.abs(p.d).max(initial=0.0)), float(p.w.max(initial=0.0)))
+    swaps = 0
     while True:
         if time.perf_counter() > deadline:
             return inside, True
@@ -132,24 +141,33 @@ def _local_search(p: Problem, inside: np.ndarray, deadline: float) -> tuple[np.n
         bi, bj = divmod(k, len(outs))
         if delta[bi, bj] <= _TOL * scale:
             return inside, False
+        if swaps == max_swaps:
+            return inside, True
+        swaps += 1
         i, j = ins[bi], outs[bj]
         inside[i], inside[j] = False, True
         g += p.w[:, j] - p.w[:, i]
 
 
-def solve_heuristic(p: Problem, time_limit_s: float = 5.0, starts: int = 8) -> Solution:
+def _deadline(t0: float, time_limit_s: float | None) -> float:
+    return np.inf if time_limit_s is None else t0 + time_limit_s
+
+
+def solve_heuristic(p: Problem, time_limit_s: float | None = None, starts: int = 8,
+                    max_swaps: int = MAX_SWAPS) -> Solution:
     """Greedy + 1-swap local search from up to ``starts`` starting clients; the best result wins.
 
     Start 1 is the plain greedy (its first pick is the largest ``d``). Further starts force the
     first pick to the clients with the largest ``d_i + mean_j w_ij`` not yet tried, which puts
-    far-out clients first. At least one start always completes its greedy pass; local search and
-    further starts stop at the deadline (``hit_limit``).
+    far-out clients first. A local search that reaches ``max_swaps`` swaps stops there and sets
+    ``hit_limit``, and so does the wall-clock ``time_limit_s`` when given (not reproducible: at
+    least one start always completes its greedy pass, the rest is cut at the deadline).
     """
     t0 = time.perf_counter()
     closed = _closed_form(p, t0)
     if closed is not None:
         return closed
-    deadline = t0 + time_limit_s
+    deadline = _deadline(t0, time_limit_s)
     score = p.d + p.w.sum(axis=1) / max(p.n - 1, 1) * (p.m - 1)
     order = [int(np.argmax(p.d))] + [int(i) for i in np.argsort(-score, kind="stable")]
     firsts = list(dict.fromkeys(order))[:max(1, starts)]
@@ -158,13 +176,13 @@ def solve_heuristic(p: Problem, time_limit_s: float = 5.0, starts: int = 8) -> S
         if s and time.perf_counter() > deadline:
             hit = True
             break
-        inside, timed_out = _local_search(p, _greedy(p, first), deadline)
-        hit |= timed_out
+        inside, limited = _local_search(p, _greedy(p, first), max_swaps, deadline)
+        hit |= limited
         chosen = np.flatnonzero(inside)
         f = p.objective(chosen)
         if f > best_f:
             best, best_f = chosen, f
-        if timed_out:
+        if limited and time.perf_counter() > deadline:
             break
     return Solution(best, best_f, "heuristic", hit, False, time.perf_counter() - t0)
 
@@ -196,22 +214,25 @@ def _linearised(p: Problem):
     return c, constraints, integrality, Bounds(0.0, 1.0)
 
 
-def solve_exact(p: Problem, time_limit_s: float = 5.0, mip_rel_gap: float = 1e-6) -> Solution:
+def solve_exact(p: Problem, time_limit_s: float | None = None, mip_rel_gap: float = 1e-6,
+                node_limit: int = NODE_LIMIT, max_swaps: int = MAX_SWAPS) -> Solution:
     """HiGHS branch-and-bound on the linearised problem, warm-started in effect by the heuristic.
 
-    Returns the HiGHS optimum when it proves one (within ``mip_rel_gap``); at the time limit,
-    the better of HiGHS's incumbent and the heuristic's answer, with ``hit_limit`` set.
+    Returns the HiGHS optimum when it proves one (within ``mip_rel_gap``); at ``node_limit``
+    nodes (or the optional wall-clock ``time_limit_s``), the better of HiGHS's incumbent and the
+    heuristic's answer, with ``hit_limit`` set.
     """
     t0 = time.perf_counter()
     closed = _closed_form(p, t0)
     if closed is not None:
         return closed
-    heur = solve_heuristic(p, time_limit_s=max(0.0, time_limit_s) * 0.1)
-    left = max(1e-3, time_limit_s - (time.perf_counter() - t0))
+    heur = solve_heuristic(p, None if time_limit_s is None else max(0.0, time_limit_s) * 0.1, max_swaps=max_swaps)
+    options = {"disp": False, "mip_rel_gap": mip_rel_gap, "node_limit": int(node_limit)}
+    if time_limit_s is not None:
+        options["time_limit"] = max(1e-3, time_limit_s - (time.perf_counter() - t0))
     c, constraints, integrality, bounds = _linearised(p)
-    res = milp(c, constraints=constraints, integrality=integrality, bounds=bounds,
-               options={"time_limit": left, "disp": False, "mip_rel_gap": mip_rel_gap})
-    hit = res.status == 1  # iteration or time limit reached
+    res = milp(c, constraints=constraints, integrality=integrality, bounds=bounds, options=options)
+    hit = res.status != 0  # stopped early: time limit (1) or node limit (HiGHS's "solution limit", 4)
     bound = -float(res.mip_dual_bound) if getattr(res, "mip_dual_bound", None) is not None else float("nan")
     best, best_f, optimal = heur.chosen, heur.objective, False
     if res.x is not None:
@@ -224,13 +245,13 @@ def solve_exact(p: Problem, time_limit_s: float = 5.0, mip_rel_gap: float = 1e-6
     return Solution(best, best_f, "exact", bool(hit), optimal, time.perf_counter() - t0, bound)
 
 
-def solve(p: Problem, method: str = "heuristic", time_limit_s: float = 5.0, exact_max_available: int = 30,
-          starts: int = 8) -> Solution:
+def solve(p: Problem, method: str = "heuristic", time_limit_s: float | None = None, exact_max_available: int = 30,
+          starts: int = 8, max_swaps: int = MAX_SWAPS, node_limit: int = NODE_LIMIT) -> Solution:
     """Dispatch: ``heuristic``, ``exact``, or ``auto`` (exact when ``n ≤ exact_max_available``)."""
     if method == "auto":
         method = "exact" if p.n <= exact_max_available else "heuristic"
     if method == "exact":
-        return solve_exact(p, time_limit_s)
+        return solve_exact(p, time_limit_s, node_limit=node_limit, max_swaps=max_swaps)
     if method == "heuristic":
-        return solve_heuristic(p, time_limit_s, starts)
+        return solve_heuristic(p, time_limit_s, starts, max_swaps)
     raise ValueError(f"unknown FedGS solver {method!r}")

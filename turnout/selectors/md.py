@@ -28,6 +28,7 @@ import numpy as np
 from pydantic import Field
 
 from ..config.base import StrictModel
+from ..config.limits import MAX_CLIENTS
 from .base import SELECTORS, Cohort, SelectionContext, Selector
 
 
@@ -52,7 +53,8 @@ class MDSelector(Selector):
     """FedProx MD sampling: K draws with replacement ∝ n_k from the available, uniform average over draws."""
 
     class Config(StrictModel):
-        clients_per_round: int = Field(10, ge=1, description="K: draws per round (distinct clients train once)")
+        clients_per_round: int = Field(10, ge=1, le=MAX_CLIENTS,
+                                       description="K: draws per round (distinct clients train once)")
         normalize: bool = Field(
             True, description="true: weight = number of draws, divided over the draws whose reports arrive "
                               "(FedGS MDSample); false: absolute weight draws / number of draws (a lost report "

@@ -56,6 +56,7 @@ import numpy as np
 from pydantic import Field
 
 from ..config.base import StrictModel
+from ..config.limits import MAX_CLIENTS, MAX_ROUNDS, MAX_SAMPLES, MAX_SCALE
 from ..world.context import WorldContext
 from .base import SELECTORS, Cohort, RoundFeedback, SelectionContext, Selector
 
@@ -103,7 +104,7 @@ class OortSelector(Selector):
     """Oort: exploit clients of high statistical utility within a paced duration budget, explore the rest."""
 
     class Config(StrictModel):
-        clients_per_round: int = Field(10, ge=1, description="K: reports wanted per round")
+        clients_per_round: int = Field(10, ge=1, le=MAX_CLIENTS, description="K: reports wanted per round")
         weighting: Literal["n_samples", "equal"] = Field(
             "n_samples", description="aggregation weight: n_k / Σ n over the reports received, or equal")
         exploration_factor: float = Field(0.9, ge=0.0, le=1.0, description="initial ε (share of explored slots)")
@@ -111,18 +112,22 @@ class OortSelector(Selector):
         exploration_min: float = Field(0.3, ge=0.0, le=1.0, description="floor of ε")
         round_threshold: float = Field(30.0, ge=0.0, le=100.0,
                                        description="initial percentile of client durations giving T_pref (100: none)")
-        round_penalty: float = Field(2.0, ge=0.0, description="exponent of the (T_pref / duration) penalty")
-        pacer_step: int = Field(20, ge=1, description="rounds per pacer window")
+        round_penalty: float = Field(2.0, ge=0.0, le=MAX_SCALE,
+                                     description="exponent of the (T_pref / duration) penalty")
+        pacer_step: int = Field(20, ge=1, le=MAX_ROUNDS, description="rounds per pacer window")
         pacer_delta: float = Field(5.0, ge=0.0, le=100.0, description="pacer's change of round_threshold")
         clip_bound: float = Field(0.95, ge=0.0, le=1.0,
                                   description="rewards are clipped at this percentile (Oort: 95th; REFL's parser: 0.9)")
         cut_off_util: float = Field(0.05, ge=0.0, le=1.0,
                                     description="exploit candidates stop below this share of the exploitLen-th score")
-        sample_window: float = Field(5.0, ge=1.0, description="explore among the top sample_window × exploreLen")
-        uncertainty: float = Field(0.1, ge=0.0, description="c of the temporal-uncertainty bonus sqrt(c·ln T / last_i)")
+        sample_window: float = Field(5.0, ge=1.0, le=MAX_CLIENTS,
+                                     description="explore among the top sample_window × exploreLen")
+        uncertainty: float = Field(0.1, ge=0.0, le=MAX_SCALE,
+                                   description="c of the temporal-uncertainty bonus sqrt(c·ln T / last_i)")
         init_reward_cap: Optional[int] = Field(
-            None, ge=1, description="initial reward = min(data size, this) (FedScale: local_steps × batch_size); "
-                                    "unset: data size")
+            None, ge=1, le=MAX_SAMPLES,
+            description="initial reward = min(data size, this) (FedScale: local_steps × batch_size); "
+                        "unset: data size")
         unfilled: Literal["random", "exploit"] = Field(
             "random", description="random: pad a short cohort with random available clients (REFL); exploit: "
                                   "exploration slots without unexplored clients go to exploitation first")

@@ -51,6 +51,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from ..config.base import StrictModel
+from ..config.limits import MAX_BATCH, MAX_CLIENTS
 from ..world.context import WorldContext
 from .base import SELECTORS, Cohort, RoundFeedback, SelectionContext, Selector
 
@@ -101,25 +102,30 @@ class PowerOfChoiceSelector(Selector):
 
     class Config(StrictModel):
         clients_per_round: int = Field(
-            10, ge=1, description="m: clients that train per round (adaptive_ou: clients sampled, all of which train)")
+            10, ge=1, le=MAX_CLIENTS,
+            description="m: clients that train per round (adaptive_ou: clients sampled, all of which train)")
         variant: Literal["cho", "fedgs", "adaptive_ou"] = Field(
             "cho", description="cho: d candidates ∝ n_k, top m by loss (Cho et al.); fedgs: loss on every available "
                                "client, top m (FedGS repo); adaptive_ou: all sampled train, top keep by reported "
                                "training loss keep weight n_k (Adaptive-OU repo)")
         d: Optional[int] = Field(
-            None, ge=1, description="cho: candidate-set size d ≥ clients_per_round (unset: every available client)")
+            None, ge=1, le=MAX_CLIENTS,
+            description="cho: candidate-set size d ≥ clients_per_round (unset: every available client)")
         d_end: Optional[int] = Field(
-            None, ge=1, description="cho: decay d linearly to this value over the run (unset: constant d)")
+            None, ge=1, le=MAX_CLIENTS,
+            description="cho: decay d linearly to this value over the run (unset: constant d)")
         estimate: Literal["full", "cpow", "rpow"] = Field(
             "full", description="cho: candidate loss on all local training data (pow-d), on a probe_batch minibatch "
                                 "(cpow-d), or the last reported training loss (rpow-d, no probe)")
-        probe_batch: int = Field(64, ge=1, description="cho with estimate: cpow — samples per loss estimate")
+        probe_batch: int = Field(64, ge=1, le=MAX_BATCH,
+                                 description="cho with estimate: cpow — samples per loss estimate")
         weighting: Optional[Literal["equal", "n_samples"]] = Field(
             None, description="aggregation weight: equal (simple average; default for cho / fedgs) or n_samples "
                               "(default and only choice for adaptive_ou, whose dropped clients get 0)")
         keep: Optional[int] = Field(
-            None, ge=1, description="adaptive_ou: k clients that keep weight (effective_num_clients; unset: "
-                                    "⌈clients_per_round/2⌉)")
+            None, ge=1, le=MAX_CLIENTS,
+            description="adaptive_ou: k clients that keep weight (effective_num_clients; unset: "
+                        "⌈clients_per_round/2⌉)")
         rank_by: Literal["train_loss", "probe"] = Field(
             "train_loss", description="adaptive_ou: rank by the training loss reported this round (the code) or by "
                                       "a loss probe before training (the paper's 'loss at the beginning of a round')")

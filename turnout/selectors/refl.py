@@ -52,6 +52,7 @@ import numpy as np
 from pydantic import Field
 
 from ..config.base import StrictModel
+from ..config.limits import MAX_CLIENTS, MAX_COUNT, MAX_ROUNDS, MAX_SECONDS
 from ..world.context import WorldContext
 from .availability_predictor import PREDICTORS, AvailabilityPredictor
 from .base import SELECTORS, Cohort, RoundFeedback, SelectionContext, Selector
@@ -74,7 +75,7 @@ class REFLSelector(Selector):
     """REFL IPS: least-available clients first (oracle or forecast), 5-round cooldown, optional APT."""
 
     class Config(StrictModel):
-        clients_per_round: int = Field(10, ge=1, description="N_0: reports wanted per round")
+        clients_per_round: int = Field(10, ge=1, le=MAX_CLIENTS, description="N_0: reports wanted per round")
         weighting: Literal["n_samples", "equal"] = Field(
             "n_samples", description="aggregation weight of a fresh report: n_samples (n_k / Σ n over the reports "
                                      "received) or equal (REFL's w_f = 1)")
@@ -88,10 +89,12 @@ class REFLSelector(Selector):
         oracle_rule: Literal["probability", "refl_code"] = Field(
             "probability", description="probability: P(available in [t+w, t+2w]) (paper); refl_code: binary priority, "
                                        "online through [t, t+w] and not through [t+w, t+2w] (REFL's code)")
-        oracle_samples: int = Field(8, ge=1, description="instants sampled in the window for availability models "
-                                                         "without an exact window answer")
-        cooldown_rounds: int = Field(5, ge=0, description="a client that ran is not re-selected for this many rounds "
-                                                          "(REFL prohibit_reselect; 0: off)")
+        oracle_samples: int = Field(8, ge=1, le=MAX_COUNT,
+                                    description="instants sampled in the window for availability models "
+                                                "without an exact window answer")
+        cooldown_rounds: int = Field(5, ge=0, le=MAX_ROUNDS,
+                                     description="a client that ran is not re-selected for this many rounds "
+                                                 "(REFL prohibit_reselect; 0: off)")
         cooldown_fill: bool = Field(True, description="fill a too-small pool with random available clients still in "
                                                       "cooldown (false: launch fewer)")
         apt: Literal["off", "paper", "capped"] = Field(
@@ -99,16 +102,16 @@ class REFLSelector(Selector):
                                "N_t = max(⌊cap·N_0⌋, N_0 − B_t); B_t = late reports due within the window")
         apt_cap: float = Field(0.5, ge=0.0, le=1.0, description="cap of apt: capped (REFL adapt_selection_cap)")
         window_s: Optional[float] = Field(
-            None, gt=0.0, allow_inf_nan=False,
+            None, gt=0.0, le=MAX_SECONDS,
             description="look-ahead window w in seconds (unset: the moving-average round duration μ_t; REFL's DL mode "
                         "uses the deadline)")
-        initial_window_s: float = Field(1000.0, gt=0.0, allow_inf_nan=False,
+        initial_window_s: float = Field(1000.0, gt=0.0, le=MAX_SECONDS,
                                         description="w before any round has closed (REFL initial_deadline)")
         history_period_s: Optional[float] = Field(
-            86400.0, gt=0.0, allow_inf_nan=False,
+            86400.0, gt=0.0, le=MAX_SECONDS,
             description="history predictor: period of the phase bins (a day); unset: plain frequency")
         history_bins: int = Field(24, ge=1, le=1024, description="history predictor: phase bins per period")
-        history_prior: float = Field(2.0, ge=0.0, allow_inf_nan=False,
+        history_prior: float = Field(2.0, ge=0.0, le=MAX_COUNT,
                                      description="history predictor: pseudo-observations shrinking a bin "
                                                  "towards the client's overall frequency")
 

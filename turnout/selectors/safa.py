@@ -12,6 +12,7 @@ import numpy as np
 from pydantic import Field
 
 from ..config.base import StrictModel
+from ..config.limits import MAX_CLIENTS
 from .base import SELECTORS, Cohort, SelectionContext, Selector
 
 
@@ -24,7 +25,8 @@ class SAFASelector(Selector):
                                     description="share of the launched clients whose reports the round waits for "
                                                 "(paper 0.1)")
         clients_per_round: Optional[int] = Field(
-            None, ge=1, description="cap on the clients launched (a random subset of the online ones); unset: all")
+            None, ge=1, le=MAX_CLIENTS,
+            description="cap on the clients launched (a random subset of the online ones); unset: all")
         weighting: Literal["n_samples", "equal"] = Field(
             "n_samples", description="aggregation weight of a report: n_k (relative) or equal")
 

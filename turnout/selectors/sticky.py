@@ -81,6 +81,7 @@ from pydantic import Field, model_validator
 
 from .. import rng as rngmod
 from ..config.base import StrictModel
+from ..config.limits import MAX_CLIENTS
 from ..errors import ConfigError
 from ..world.context import WorldContext
 from .base import SELECTORS, Cohort, RoundFeedback, SelectionContext, Selector
@@ -116,12 +117,15 @@ class StickySelector(Selector):
     """GlueFL sticky sampling: C from a sticky group of S, K − C from outside, unbiased weights, group rebalancing."""
 
     class Config(StrictModel):
-        clients_per_round: int = Field(10, ge=1, description="K: reports wanted per round (GlueFL num_participants)")
+        clients_per_round: int = Field(10, ge=1, le=MAX_CLIENTS,
+                                       description="K: reports wanted per round (GlueFL num_participants)")
         sticky_size: Optional[int] = Field(
-            None, ge=1, description="S: sticky group size (unset: 4K, GlueFL's default, capped at N − (K − C))")
+            None, ge=1, le=MAX_CLIENTS,
+            description="S: sticky group size (unset: 4K, GlueFL's default, capped at N − (K − C))")
         sticky_per_round: Optional[int] = Field(
-            None, ge=0, description="C: clients per round drawn from the sticky group (unset: K − max(1, "
-                                    "round(K/5)), GlueFL's 24 of 30); K − C is GlueFL's sticky_group_change_num")
+            None, ge=0, le=MAX_CLIENTS,
+            description="C: clients per round drawn from the sticky group (unset: K − max(1, "
+                        "round(K/5)), GlueFL's 24 of 30); K − C is GlueFL's sticky_group_change_num")
         overcommit_weight: Optional[float] = Field(
             0.4, ge=0.0, le=1.0,
             description="share of the over-commitment extras drawn from outside the sticky group (GlueFL "

@@ -8,11 +8,12 @@ import numpy as np
 from pydantic import Field
 
 from ..config.base import StrictModel
+from ..config.limits import MAX_CLIENTS
 from .base import SELECTORS, Cohort, SelectionContext, Selector
 
 
 class UniformConfig(StrictModel):
-    clients_per_round: int = Field(10, ge=1, description="K: reports wanted per round")
+    clients_per_round: int = Field(10, ge=1, le=MAX_CLIENTS, description="K: reports wanted per round")
     weighting: Literal["n_samples", "equal", "unbiased"] = Field(
         "n_samples",
         description="n_samples: n_k / Σ n over the reports received; equal: 1/K over the reports received; "

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from ..config.base import StrictModel
+from ..config.limits import MAX_BATCH, MAX_EPOCHS, MAX_LR, MAX_ROUNDS, MAX_SCALE, MAX_STEPS
 
 
 class LRSchedule(StrictModel):
@@ -15,11 +16,12 @@ class LRSchedule(StrictModel):
 
     name: Literal["constant", "step", "exponential", "cosine", "inverse_sqrt"] = Field(
         "constant", description="shape of the decay over rounds")
-    gamma: float = Field(0.5, gt=0.0, le=1.0, description="decay factor (step: per step_size rounds; exponential: per round)")
-    step_size: int = Field(50, ge=1, description="rounds between decays for 'step'")
-    min_lr: float = Field(0.0, ge=0.0, description="floor of 'cosine'")
-    sqrt_scale: float = Field(1.0, gt=0.0, description="inverse_sqrt: lr / sqrt(round / sqrt_scale + 1) "
-                                                     "(FedSUM's seed uses 10)")
+    gamma: float = Field(0.5, gt=0.0, le=1.0,
+                         description="decay factor (step: per step_size rounds; exponential: per round)")
+    step_size: int = Field(50, ge=1, le=MAX_ROUNDS, description="rounds between decays for 'step'")
+    min_lr: float = Field(0.0, ge=0.0, le=MAX_LR, description="floor of 'cosine'")
+    sqrt_scale: float = Field(1.0, gt=0.0, le=MAX_ROUNDS, description="inverse_sqrt: lr / sqrt(round / sqrt_scale + 1) "
+                                                                      "(FedSUM's seed uses 10)")
 
     def lr(self, base: float, round: int, total_rounds: int) -> float:
         if self.name == "constant":
@@ -37,13 +39,15 @@ class LRSchedule(StrictModel):
 class TrainConfig(StrictModel):
     """How a selected client trains: E local steps (or epochs) of minibatch SGD."""
 
-    batch_size: int = Field(10, ge=1, description="samples per local SGD step")
-    local_steps: int | None = Field(None, ge=1, description="SGD steps per round (default 10 when local_epochs is unset)")
-    local_epochs: float | None = Field(None, gt=0.0, description="passes over local data per round (alternative to local_steps)")
-    lr: float = Field(0.01, gt=0.0, le=100.0, description="client learning rate at round 0 (see lr_schedule)")
+    batch_size: int = Field(10, ge=1, le=MAX_BATCH, description="samples per local SGD step")
+    local_steps: int | None = Field(None, ge=1, le=MAX_STEPS,
+                                    description="SGD steps per round (default 10 when local_epochs is unset)")
+    local_epochs: float | None = Field(None, gt=0.0, le=MAX_EPOCHS,
+                                       description="passes over local data per round (alternative to local_steps)")
+    lr: float = Field(0.01, gt=0.0, le=MAX_LR, description="client learning rate at round 0 (see lr_schedule)")
     momentum: float = Field(0.0, ge=0.0, lt=1.0, description="local SGD momentum, reset every round")
     nesterov: bool = Field(False, description="Nesterov momentum (needs momentum > 0)")
-    weight_decay: float = Field(0.0, ge=0.0, description="L2 penalty added to the local gradient")
+    weight_decay: float = Field(0.0, ge=0.0, le=MAX_SCALE, description="L2 penalty added to the local gradient")
     grad_clip: float | None = Field(None, gt=0.0, description="clip each step's gradient to this global L2 norm")
     lr_schedule: LRSchedule = Field(LRSchedule(), description="client lr as a function of the round")
 

@@ -15,6 +15,7 @@ clients, in another process — can apply the same record without calling back i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -54,15 +55,23 @@ def split_flat(flat: torch.Tensor, like: Params) -> Params:
     return {k: t.view(p.shape) for (k, p), t in zip(like.items(), torch.split(flat, sizes))}
 
 
-def batch_indices(n: int, batch_size: int, steps: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Row indices of ``steps`` minibatches: reshuffled epochs, the last batch of each may be short."""
+def batch_indices(n: int, batch_size: int, steps: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
+    """Row indices of ``steps`` minibatches: reshuffled epochs, the last batch of each may be short.
+
+    Yielded one step at a time, so memory holds one permutation of the client's rows whatever
+    ``steps`` is (a list of every step's indices would need gigabytes at 10^8 steps). A new
+    epoch's permutation is drawn only when the previous one is used up and a step remains.
+    """
     if n == 0:
-        return []
-    out: list[np.ndarray] = []
-    while len(out) < steps:
+        return
+    done = 0
+    while done < steps:
         perm = rng.permutation(n)
-        out.extend(perm[i:i + batch_size] for i in range(0, n, batch_size))
-    return out[:steps]
+        for i in range(0, n, batch_size):
+            if done == steps:
+                return
+            done += 1
+            yield perm[i:i + batch_size]
 
 
 @dataclass
@@ -93,7 +102,8 @@ class LocalTrainer:
         self.loss_fn = loss_fn
         self._functional_grad = torch.func.grad_and_value(loss_fn)
 
-    def grad_and_loss(self, params: Params, buffers: dict, x: torch.Tensor, y: torch.Tensor) -> tuple[Params, torch.Tensor]:
+    def grad_and_loss(self, params: Params, buffers: dict, x: torch.Tensor,
+                      y: torch.Tensor) -> tuple[Params, torch.Tensor]:
         """Gradient of the minibatch loss w.r.t. ``params`` (and the loss).
 
         ``grad_backend: autograd`` (default) differentiates with ``torch.autograd.grad`` through
@@ -112,7 +122,8 @@ class LocalTrainer:
             v.requires_grad_(False)
         return dict(zip(params, grads)), loss.detach()
 
-    def sgd_step(self, params: Params, grads: Params, velocity: Params | None, lr: float) -> tuple[Params, Params | None]:
+    def sgd_step(self, params: Params, grads: Params, velocity: Params | None,
+                 lr: float) -> tuple[Params, Params | None]:
         """One SGD update as tensor arithmetic (PyTorch's SGD semantics for momentum/nesterov/wd)."""
         cfg = self.cfg
         if cfg.weight_decay:
@@ -138,8 +149,9 @@ class LocalTrainer:
         grad_sum = torch.zeros_like(start) if obj is not None and obj.freeze else None
         velocity = None
         total_loss, samples = 0.0, 0
-        batches = batch_indices(len(y), self.cfg.batch_size, steps, rng)
-        for idx in batches:
+        done = 0
+        for idx in batch_indices(len(y), self.cfg.batch_size, steps, rng):
+            done += 1
             ti = torch.from_numpy(idx)
             grads, loss = self.grad_and_loss(params, buffers, xt[ti], yt[ti])
             total_loss += float(loss) * len(idx)
@@ -161,7 +173,7 @@ class LocalTrainer:
             with torch.no_grad():
                 params, velocity = self.sgd_step(params, grads, velocity, lr)
         return LocalResult(params=self.model.flatten(params).detach(), buffers=buffers,
-                           mean_loss=total_loss / max(1, samples), steps=len(batches), samples=samples,
+                           mean_loss=total_loss / max(1, samples), steps=done, samples=samples,
                            grad_sum=grad_sum)
 
 
