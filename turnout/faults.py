@@ -5,7 +5,8 @@ checkpoint and never corrupts the run folder. Timing a ``kill -9`` from outside 
 "half-way through writing a checkpoint" reliably, so the run layer names those moments and the
 environment variable ``TURNOUT_CRASH_AT`` picks one: ``NAME`` or ``NAME@N`` (the N-th time the
 point is reached, counting from 1 in this process). Unset — the normal case — it costs one
-dictionary lookup per point. Points: ``round`` (a round's row was appended), ``checkpoint-arrays``
+dictionary lookup per point. Points: ``round`` (a round's row was handed to the run folder's
+owner — written already when that is this process), ``checkpoint-arrays``
 (checkpoint arrays written, metadata not yet), ``checkpoint-swap`` (between retiring the old
 checkpoint and installing the new one), ``unit-done`` (a unit's tables written, before it is
 marked finished), ``between-units``. With ``TURNOUT_CRASH_ONCE=FILE`` the crash happens only in the

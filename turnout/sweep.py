@@ -197,8 +197,12 @@ class InlineBackend(Backend):
                 return
 
 
-def _worker_main(worker: int, tasks, results, stop_event, parent: int) -> None:
-    """A worker process: run the jobs it is given until told to stop (signals go to the owner)."""
+def _worker_main(conn, stop_event, parent: int) -> None:
+    """A worker process: run the jobs it receives on ``conn`` and report back on it (signals go to the owner).
+
+    Each worker has its own pipe: a worker killed half-way through sending leaves only its own pipe
+    broken, never a queue the other workers share.
+    """
     import signal
     import traceback
 
@@ -215,15 +219,27 @@ def _worker_main(worker: int, tasks, results, stop_event, parent: int) -> None:
             return False
 
     while True:
-        job = tasks.get()
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
         if job is None:
             return
         try:
-            outcome = execute(job, QueueSink(results.put, job.key), stop, [_OrphanGuard()])
-            results.put((job.key, "exit" if outcome.done else "stopped", (outcome.next_round, outcome.rounds)))
+            outcome = execute(job, QueueSink(conn.send, job.key), stop, [_OrphanGuard()])
+            conn.send((job.key, "exit" if outcome.done else "stopped", (outcome.next_round, outcome.rounds)))
+        except (BrokenPipeError, EOFError):
+            return
         except Exception as exc:  # a unit's own error: report it, keep serving other units
             text = " ".join(str(exc).split())[:300] or type(exc).__name__
-            results.put((job.key, "error", (f"{type(exc).__name__}: {text}", traceback.format_exc())))
+            conn.send((job.key, "error", (f"{type(exc).__name__}: {text}", traceback.format_exc())))
+
+
+@dataclass
+class _Worker:
+    process: Any
+    conn: Any
+    job: UnitJob | None = None
 
 
 @backend("processes")
@@ -235,79 +251,82 @@ class ProcessBackend(Backend):
 
     def run(self, jobs: list[UnitJob], state: SweepState, stop: StopFlag, progress, resolve=rebuild) -> None:
         import multiprocessing as mp
-        import queue
+        from multiprocessing.connection import wait
 
         ctx = mp.get_context("spawn")
-        results = ctx.Queue()
         stop_event = ctx.Event()
         pending = list(jobs)
         attempts = {j.key: 0 for j in jobs}
-        by_key = {j.key: j for j in jobs}
-        procs: dict[int, Any] = {}
-        inbox: dict[int, Any] = {}
-        busy: dict[int, UnitJob | None] = {}
+        workers: list[_Worker] = []
 
-        def spawn(w: int) -> None:
-            inbox[w] = ctx.Queue()
-            procs[w] = ctx.Process(target=_worker_main, args=(w, inbox[w], results, stop_event, os.getpid()),
-                                   daemon=True, name=f"turnout-worker-{w}")
-            procs[w].start()
-            busy[w] = None
+        def spawn() -> _Worker:
+            ours, theirs = ctx.Pipe(duplex=True)
+            p = ctx.Process(target=_worker_main, args=(theirs, stop_event, os.getpid()), daemon=True,
+                            name="turnout-worker")
+            p.start()
+            theirs.close()
+            return _Worker(p, ours)
 
-        for w in range(min(self.workers, len(jobs))):
-            spawn(w)
+        workers = [spawn() for _ in range(min(self.workers, len(jobs)))]
         try:
-            while pending or any(j is not None for j in busy.values()):
+            while pending or any(w.job is not None for w in workers):
                 if stop.requested and not stop_event.is_set():
                     stop_event.set()
                     pending.clear()
-                for w in procs:
-                    if busy[w] is None and pending and not stop.requested:
-                        busy[w] = pending.pop(0)
-                        attempts[busy[w].key] += 1
-                        inbox[w].put(busy[w])
-                try:
-                    key, kind, payload = results.get(timeout=0.2)
-                except queue.Empty:
-                    self._reap(procs, busy, pending, attempts, state, spawn)
-                    continue
-                job = by_key[key]
-                if kind in ("begin", "row", "finish"):
-                    state.apply(key, kind, payload)
-                    self._progress(progress, job, kind, payload)
-                    continue
-                w = next(i for i, j in busy.items() if j is not None and j.key == key)
-                busy[w] = None
-                if kind == "stopped":
-                    state.stopped[key] = payload
-                elif kind == "error":
-                    message, tb = payload
-                    state.failed[key] = message
-                    state.sinks[key].unit_dir.mkdir(parents=True, exist_ok=True)
-                    (state.sinks[key].unit_dir / "error.log").write_text(tb)
+                for w in workers:
+                    if w.job is None and pending and not stop.requested:
+                        w.job = pending.pop(0)
+                        attempts[w.job.key] += 1
+                        w.conn.send(w.job)
+                for conn in wait([w.conn for w in workers if w.job is not None], timeout=0.2):
+                    w = next(w for w in workers if w.conn is conn)
+                    try:
+                        key, kind, payload = conn.recv()
+                    except (EOFError, OSError):
+                        continue  # it died mid-message: handled below once its exit code is in
+                    self._handle(w, key, kind, payload, state, progress)
+                for i, w in enumerate(workers):
+                    if not w.process.is_alive() and w.process.exitcode is not None:
+                        self._lost(w, pending, attempts, state)
+                        w.conn.close()
+                        workers[i] = spawn()
         finally:
-            for w, p in procs.items():
-                if p.is_alive():
-                    inbox[w].put(None)
+            for w in workers:
+                try:
+                    w.conn.send(None)
+                except (BrokenPipeError, OSError):
+                    pass
             deadline = time.time() + 10
-            for p in procs.values():
-                p.join(timeout=max(0.0, deadline - time.time()))
-                if p.is_alive():
-                    p.kill()
+            for w in workers:
+                w.process.join(timeout=max(0.0, deadline - time.time()))
+                if w.process.is_alive():
+                    w.process.kill()
 
-    def _reap(self, procs, busy, pending, attempts, state: SweepState, spawn) -> None:
+    def _handle(self, w: _Worker, key, kind: str, payload, state: SweepState, progress) -> None:
+        if kind in ("begin", "row", "finish"):
+            state.apply(key, kind, payload)
+            self._progress(progress, w.job, kind, payload)
+            return
+        w.job = None
+        if kind == "stopped":
+            state.stopped[key] = payload
+        elif kind == "error":
+            message, tb = payload
+            state.failed[key] = message
+            unit_dir = state.sinks[key].unit_dir
+            unit_dir.mkdir(parents=True, exist_ok=True)
+            (unit_dir / "error.log").write_text(tb)
+
+    def _lost(self, w: _Worker, pending: list, attempts: dict, state: SweepState) -> None:
         """A worker that died takes only its unit down: retry it from its checkpoint, or report it."""
-        for w, p in list(procs.items()):
-            if p.is_alive() or p.exitcode is None:
-                continue
-            job = busy.get(w)
-            if job is not None:
-                if attempts[job.key] <= self.retries:
-                    pending.insert(0, job)  # resumes from its last checkpoint
-                else:
-                    state.failed[job.key] = (f"its worker died {attempts[job.key]} times (last exit code "
-                                             f"{p.exitcode}); the unit's last checkpoint is kept")
-            spawn(w)
+        job, w.job = w.job, None
+        if job is None:
+            return
+        if attempts[job.key] <= self.retries:
+            pending.insert(0, job)  # resumes from its last checkpoint
+        else:
+            state.failed[job.key] = (f"its worker died {attempts[job.key]} times (last exit code "
+                                     f"{w.process.exitcode}); the unit's last checkpoint is kept")
 
 
 def pending_jobs(experiments: list, stop: StopFlag) -> tuple[list[UnitJob], dict]:

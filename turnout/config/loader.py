@@ -10,6 +10,11 @@ component package.
 from __future__ import annotations
 
 import copy
+import hashlib
+import itertools
+import json
+import math
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +28,7 @@ from ..training.config import TrainConfig
 from . import safe_yaml
 from .components import validate_component, validate_model
 from .display import one_line
-from .schema import ExperimentConfig
+from .schema import ExperimentConfig, VariantConfig
 
 
 class Catalogue(Protocol):
@@ -225,6 +230,62 @@ def check_nesting(value: Any, key: str) -> None:
             todo.extend((v, depth + 1) for v in node)
 
 
+#: most variants a grid may make (an experiment file may list at most 200 variants itself)
+MAX_GRID_VARIANTS = 1000
+
+
+def grid_variants(explicit: list[VariantConfig], grid: dict[str, list[Any]]) -> list[VariantConfig]:
+    """``explicit`` crossed with every combination of ``grid``'s values (``explicit`` alone without a grid).
+
+    A grid variant is named by its values, ``lr=0.1 mu=0.01`` (the last part of each key; the whole
+    key where two keys end alike), after the explicit variant's name when there is one.
+    """
+    if not grid:
+        return list(explicit)
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"grid.{key}", values, "must be a non-empty list of values")
+    size = math.prod(len(v) for v in grid.values()) * max(1, len(explicit))
+    if size > MAX_GRID_VARIANTS:
+        raise ConfigError("grid", f"{size} variants", f"a grid may make at most {MAX_GRID_VARIANTS} variants; "
+                                                        "split the sweep over several experiment files")
+    keys = list(grid)
+    last = [k.rsplit(".", 1)[-1] for k in keys]
+    labels = [short if last.count(short) == 1 else key for key, short in zip(keys, last)]
+    out = []
+    for v in explicit or [None]:
+        for point in itertools.product(*(grid[k] for k in keys)):
+            name = " ".join(f"{label}={_value_label(value)}" for label, value in zip(labels, point))
+            if v is not None:
+                name = f"{v.name} {name}"
+            base_set = v.set if v is not None else {}
+            out.append(VariantConfig(name=_fit(name), set={**base_set, **dict(zip(keys, point))}))
+    names = [v.name for v in out]
+    clash = next((n for n in names if names.count(n) > 1), None)
+    if clash is not None:
+        raise ConfigError("grid", clash, "two grid variants get this name (values that print alike); "
+                                         "make the values distinct")
+    return out
+
+
+def _value_label(value: Any) -> str:
+    if isinstance(value, dict):
+        text = str(value.get("name")) if "name" in value else json.dumps(value, sort_keys=True, separators=(",", ":"))
+    elif isinstance(value, (list, tuple)):
+        text = json.dumps(value, separators=(",", ":"))
+    else:
+        text = str(value)
+    return re.sub(r'[/\\\n\r\t"]', "_", text)
+
+
+def _fit(name: str, limit: int = 80) -> str:
+    """A variant name within the length limit: long ones keep their start and a short hash of the rest."""
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha1(name.encode()).hexdigest()[:6]
+    return f"{name[: limit - 8]}~{digest}"
+
+
 def expand(raw: dict[str, Any], catalogue: Catalogue, overrides: dict[str, Any] | None = None
            ) -> list[ResolvedExperiment]:
     """Validate the base config and every variant; variants without a list mean one run named ``base``."""
@@ -235,12 +296,13 @@ def expand(raw: dict[str, Any], catalogue: Catalogue, overrides: dict[str, Any] 
         check_nesting(value, str(key))
     raw = apply_overrides(raw, overrides or {})
     base = resolve(raw, catalogue)
-    if not base.config.variants:
+    variants = grid_variants(base.config.variants, base.config.grid)
+    if not variants:
         return [ResolvedExperiment("base", base.config, base.train, base.components)]
     out = []
     reached: set[str] = set()
-    for v in base.config.variants:
-        merged = apply_overrides({k: val for k, val in raw.items() if k != "variants"}, v.set,
+    for v in variants:
+        merged = apply_overrides({k: val for k, val in raw.items() if k not in ("variants", "grid")}, v.set,
                                  where=f"variants[{v.name}].")
         again = _reapplied(overrides or {}, v.set, merged, catalogue.registries())
         reached.update(again)

@@ -119,6 +119,9 @@ class ExperimentConfig(StrictModel):
     output: OutputConfig = OutputConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     variants: list[VariantConfig] = Field(default_factory=list, max_length=200)
+    grid: dict[str, list[Any]] = Field(
+        default_factory=dict, description="dotted key → list of values: one variant per combination (crossed with "
+                                          "every explicit variant)")
 
     # Whole-model checks raise ConfigError themselves, naming the key: a pydantic error raised by a
     # model validator has no location, so it would name no key and show the whole config as the value.
