@@ -370,7 +370,8 @@ def outcome_lines(summary: dict) -> list[str]:
     for row in summary["variants"]:
         runs = [r for r in summary["runs"] if r["variant"] == row["variant"]]
         n = len(runs)
-        acc = np.array([r["final_accuracy"] for r in runs if r.get("final_accuracy") is not None], float)
+        acc = np.array([r.get("final_accuracy") for r in runs], dtype=float)  # None (from JSON) → NaN
+        acc = acc[~np.isnan(acc)]
         seeds = f"{n} seed{'s' if n != 1 else ''}"
         if len(acc):
             spread = f" ± {acc.std():.4f}" if len(acc) > 1 else ""
@@ -381,7 +382,8 @@ def outcome_lines(summary: dict) -> list[str]:
         diverged = [r["diverged_at_round"] for r in runs if r.get("diverged_at_round") is not None]
         if diverged:
             text += f"; diverged in {len(diverged)} of {seeds} (at round {', '.join(map(str, diverged))})"
-        extra = "" if row.get("centralized_accuracy") is None else f"  centralized {row['centralized_accuracy']:.4f}"
+        ceiling = row.get("centralized_accuracy")
+        extra = "" if ceiling is None or ceiling != ceiling else f"  centralized {ceiling:.4f}"
         out.append(f"{row['variant']:<24} {text}  bytes down {row['bytes_down']:.3g}  bytes up {row['bytes_up']:.3g}"
                    f"  sim time {row['sim_time_s']:.1f}s{extra}")
     return out
