@@ -31,6 +31,7 @@ import torch
 from pydantic import Field
 
 from .. import rng as rngmod
+from ..capabilities import WorldNeed
 from ..config.base import StrictModel
 from ..errors import ConfigError
 from ..world.context import WorldContext
@@ -159,6 +160,14 @@ class FedGS(Selector):
 
     def target(self) -> int:
         return self.cfg.clients_per_round
+
+    @classmethod
+    def needs_simulator(cls, cfg: Config) -> WorldNeed | None:
+        if cfg.graph == "oracle":
+            return WorldNeed("graph", "oracle",
+                             "builds the 3DG from every client's true label mix or local optimum",
+                             "selector.graph: update_cosine (learned from the clients' uploads)")
+        return None
 
     # ------------------------------------------------------------------------------------------
     def select(self, ctx: SelectionContext) -> Cohort:
