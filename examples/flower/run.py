@@ -1,7 +1,7 @@
 """Run the variants of an experiment file as Flower apps on Flower's simulation engine, offline.
 
     python examples/flower/run.py                        # FedAvg, GlueFL, REFL of experiment.yaml
-    python examples/flower/run.py --variants REFL --clock measured --set round_mode.deadline_s=0.05
+    python examples/flower/run.py --variants REFL --clock measured --set round_mode.deadline_s=1 --delay 3=2
     python examples/flower/run.py --compare              # also `turnout run` the same file and compare
 
 Each variant is one ``flwr.simulation.run_simulation`` call: a ``ServerApp`` whose main loop is
@@ -24,7 +24,8 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 HERE = Path(__file__).resolve().parent
 
 
-def run_variant(raw: dict, overrides: dict, exp, seed: int, out: Path, clock: str, cpus: int) -> Path:
+def run_variant(raw: dict, overrides: dict, exp, seed: int, out: Path, clock: str, cpus: int,
+                delay_s: dict[int, float] | None = None) -> Path:
     """One variant on Flower's simulation engine; returns its run folder."""
     from flwr.simulation import run_simulation
 
@@ -37,7 +38,7 @@ def run_variant(raw: dict, overrides: dict, exp, seed: int, out: Path, clock: st
     done: list[Path] = []
     server = server_app(exp, seed, data.num_clients, task, out, clock=clock,
                         on_result=lambda folder, result: done.append(folder))
-    client = client_app(SimulatedPartition(raw, exp.variant, seed, overrides))
+    client = client_app(SimulatedPartition(raw, exp.variant, seed, overrides, delay_s))
     run_simulation(server, client, num_supernodes=data.num_clients,
                    backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                                    "init_args": {"num_cpus": cpus, "include_dashboard": False}})
@@ -56,13 +57,16 @@ def main(argv: list[str] | None = None) -> int:
                         "measured: wall-clock seconds")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override, as in turnout run")
     p.add_argument("--out", default="runs/flower-example")
-    p.add_argument("--cpus", type=int, default=max(1, min(2, os.cpu_count() or 1)))
+    p.add_argument("--cpus", type=int, default=max(1, min(2, os.cpu_count() or 1)),
+                   help="ClientApp worker processes of the simulation engine")
+    p.add_argument("--delay", action="append", default=[], metavar="CLIENT=SECONDS",
+                   help="make that client's node answer SECONDS late (try the measured clock's deadline)")
     p.add_argument("--compare", action="store_true", help="also run the file with `turnout run` and compare")
     args = p.parse_args(argv)
 
     from turnout.composition import expand
     from turnout.config.loader import parse_override, read_yaml
-    from turnout.errors import TurnoutError
+    from turnout.errors import ConfigError, TurnoutError
     from turnout.flower import check_deployable, require_flower
 
     try:
@@ -75,8 +79,15 @@ def main(argv: list[str] | None = None) -> int:
             check_deployable(v, f"variants[{v.variant}].")
         require_flower()
         seed = args.seed if args.seed is not None else variants[0].config.seeds[0]
+        delay = {}
+        for item in args.delay:
+            client, sep, seconds = item.partition("=")
+            try:
+                delay[int(client)] = float(seconds)
+            except ValueError:
+                raise ConfigError("--delay", item, "expected CLIENT=SECONDS, e.g. --delay 3=2.5") from None
         out = Path(args.out)
-        folders = {v.variant: run_variant(raw, overrides, v, seed, out / v.variant, args.clock, args.cpus)
+        folders = {v.variant: run_variant(raw, overrides, v, seed, out / v.variant, args.clock, args.cpus, delay)
                    for v in variants}
         for name, folder in folders.items():
             print(f"{name}: {folder}")

@@ -14,6 +14,7 @@ every message, so it should cache what it reads.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -40,6 +41,7 @@ class NodeData:
     y_train: np.ndarray
     input_shape: tuple[int, ...]
     num_classes: int
+    delay_s: float = 0.0  # seconds the node waits before it answers a round (emulates a slow device)
 
 
 class SimulatedPartition:
@@ -49,16 +51,21 @@ class SimulatedPartition:
     of the same experiment and seed gives client ``partition-id`` — so a Flower simulation and
     ``turnout run`` train on the same data. Built once per process (a Flower simulation runs its
     ``ClientApp`` in a few worker processes) and picklable, as the simulation engine requires.
+    ``delay_s`` (client → seconds) makes those nodes answer late, to try the measured clock's
+    deadlines and late reports on one machine.
     """
 
-    def __init__(self, raw: dict, variant: str, seed: int, overrides: dict | None = None):
+    def __init__(self, raw: dict, variant: str, seed: int, overrides: dict | None = None,
+                 delay_s: dict[int, float] | None = None):
         self.raw, self.variant, self.seed, self.overrides = raw, variant, int(seed), dict(overrides or {})
+        self.delay_s = {int(k): float(v) for k, v in (delay_s or {}).items()}
 
     def __call__(self, context: Any) -> NodeData:
         exp, data = _experiment_data(json.dumps([self.raw, self.overrides], sort_keys=True), self.variant, self.seed)
         client = int(context.node_config["partition-id"])
         x, y = data.client_train(client)
-        return NodeData(exp, client, x, y, tuple(data.input_shape), int(data.num_classes))
+        return NodeData(exp, client, x, y, tuple(data.input_shape), int(data.num_classes),
+                        self.delay_s.get(client, 0.0))
 
 
 _LOADED: dict[tuple, tuple] = {}
@@ -130,6 +137,8 @@ def client_app(load: Callable[[Any], NodeData]):
             raise ValueError(f"an instruction for client {ins.client} reached the node of client {data.client}")
         report, kept = rule.run(ins, load_state(context), data.x_train, data.y_train)
         save_state(context, kept)
+        if data.delay_s > 0:
+            time.sleep(data.delay_s)
         return Message(to_record_dict(*report.to_parts()), reply_to=message)
 
     return app

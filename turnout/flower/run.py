@@ -178,7 +178,12 @@ class FlowerRun(Simulation):
         return Trained(lr, down, result, decoded, up, rejected)
 
     def _collect(self, sent: list[Sent], target: int):
-        """Poll until every reply is in, the round mode's verdict allows closing (measured clock), or the timeout."""
+        """Poll until the round may close, or the timeout.
+
+        Modelled clock: every reply is in. Measured clock: the round mode's verdict on what is known
+        (silent clients have not delivered) ends no later than now — so a round lasts, in real
+        seconds, what the round mode says (a deadline round waits for its deadline).
+        """
         k = len(sent)
         pos = {s.ticket: i for i, s in enumerate(sent)}
         reports: list[Report | None] = [None] * k
@@ -198,9 +203,10 @@ class FlowerRun(Simulation):
                     reports[i], finish[i] = a.report, a.at - self._t_open
             elapsed = time.time() - self._t_open
             known = np.isfinite(finish) | np.isfinite(dropped)
-            if known.all():
-                break
-            if self.clock == "measured" and self.round_mode.close(finish, dropped, target).duration_s <= elapsed:
+            if self.clock == "measured":  # the round lasts what the round mode says, in real seconds
+                if self.round_mode.close(finish, dropped, target).duration_s <= elapsed:
+                    break
+            elif known.all():
                 break
             if elapsed >= self.round_timeout_s:
                 dropped[~known] = elapsed  # no reply in time: the device counts as gone
