@@ -14,18 +14,20 @@ summary.json) under ``--out``.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # offline: Flower must not try to report usage
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # CPU only: keep Ray's GPU notice quiet
 
 HERE = Path(__file__).resolve().parent
 
 
 def run_variant(raw: dict, overrides: dict, exp, seed: int, out: Path, clock: str, cpus: int,
-                delay_s: dict[int, float] | None = None) -> Path:
+                delay_s: dict[int, float] | None = None, verbose: bool = False) -> Path:
     """One variant on Flower's simulation engine; returns its run folder."""
     from flwr.simulation import run_simulation
 
@@ -41,7 +43,8 @@ def run_variant(raw: dict, overrides: dict, exp, seed: int, out: Path, clock: st
     client = client_app(SimulatedPartition(raw, exp.variant, seed, overrides, delay_s))
     run_simulation(server, client, num_supernodes=data.num_clients,
                    backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                   "init_args": {"num_cpus": cpus, "include_dashboard": False}})
+                                   "init_args": {"num_cpus": cpus, "include_dashboard": False,
+                                                 "log_to_driver": verbose}})
     if not done:
         raise RuntimeError(f"the ServerApp of {exp.variant} finished without writing {out}")
     return done[0]
@@ -62,11 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--delay", action="append", default=[], metavar="CLIENT=SECONDS",
                    help="make that client's node answer SECONDS late (try the measured clock's deadline)")
     p.add_argument("--compare", action="store_true", help="also run the file with `turnout run` and compare")
+    p.add_argument("--verbose", action="store_true", help="show Flower's own log (its notices included)")
     args = p.parse_args(argv)
 
     from turnout.composition import expand
     from turnout.config.loader import parse_override, read_yaml
     from turnout.errors import ConfigError, TurnoutError
+    from turnout.experiment import check_buildable, prepare
     from turnout.flower import check_deployable, require_flower
 
     try:
@@ -77,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
             raise TurnoutError(f"no variant named {args.variants} in {args.config}")
         for v in variants:
             check_deployable(v, f"variants[{v.variant}].")
+        check_buildable(prepare(variants))  # data, model and cohort size, before any node starts
         require_flower()
+        if not args.verbose:
+            logging.getLogger("flwr").setLevel(logging.ERROR)
         seed = args.seed if args.seed is not None else variants[0].config.seeds[0]
         delay = {}
         for item in args.delay:
@@ -87,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError:
                 raise ConfigError("--delay", item, "expected CLIENT=SECONDS, e.g. --delay 3=2.5") from None
         out = Path(args.out)
-        folders = {v.variant: run_variant(raw, overrides, v, seed, out / v.variant, args.clock, args.cpus, delay)
+        folders = {v.variant: run_variant(raw, overrides, v, seed, out / v.variant, args.clock, args.cpus, delay,
+                                          args.verbose)
                    for v in variants}
         for name, folder in folders.items():
             print(f"{name}: {folder}")

@@ -14,7 +14,8 @@ Timing follows the chosen clock (:mod:`turnout.flower.clock`). With ``measured``
 in real time and closes the round as soon as the round mode's verdict, given who has replied so
 far, ends no later than now (clients still silent have not delivered: their delivery time is
 ``inf``); a late report stays in the engine's late buffer with an unknown arrival time and is
-completed when its reply comes, in whatever later round that is. With ``modelled`` the server
+completed when its reply comes, in whatever later round that is (an upload the server derives
+from the device's parameters is then derived on arrival). With ``modelled`` the server
 waits for every reply and the round mode judges the device model's seconds, which makes a
 deployment decide exactly what its simulation decides.
 """
@@ -161,8 +162,9 @@ class FlowerRun(Simulation):
         failed = {c for c, rep, d in zip(clients.tolist(), reports, dropped) if rep is None and np.isfinite(d)}
         for i in np.flatnonzero(np.isfinite(dropped)):
             self.population.synced_through[clients[i]] = NEVER  # its copy is unknown: the next sync is dense
-        gone = np.flatnonzero(np.isfinite(dropped))
-        self.availability.dropped_at = {int(clients[i]): float(dropped[i]) for i in gone}
+        gone = np.flatnonzero(np.isfinite(dropped))  # modelled: a failed device did no modelled work
+        self.availability.dropped_at = {int(clients[i]): float(dropped[i]) if self.clock == "measured" else 0.0
+                                        for i in gone}
         decoded, up, result = self._decode(r, clients, reports, starts)
         for rep, a in zip(reports, arrivals):
             if rep is not None:
