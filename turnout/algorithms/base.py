@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel
 
+from ..capabilities import Deployable
 from ..records import Reports
 from ..registry import Registry
 from ..state import Stateful
@@ -55,7 +56,7 @@ class AlgorithmContext:
         return self.store
 
 
-class Algorithm(Stateful, ABC):
+class Algorithm(Stateful, Deployable, ABC):
     """Client rule + server rule. Subclasses implement :meth:`aggregate`; the client hooks default to FedAvg's.
 
     Server-side state (moments, memories' running sums, counters) is declared in ``state_attrs``;

@@ -56,6 +56,10 @@ class APF(Compressor):
     def active_fraction(self) -> float:
         return float(self.active.sum()) / max(self.dim, 1)
 
+    def device_state(self, round: int) -> dict[str, torch.Tensor]:
+        """The active set: clients zero the frozen coordinates (the frozen mask is priced in the download)."""
+        return {"active": self.active.clone()}
+
     def encode_uploads(self, round: int, clients: np.ndarray, updates: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
         k = len(clients)
         n_active = int(self.active.sum())

@@ -8,11 +8,13 @@ message is never larger than the dense vector.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Mapping
 
 import numpy as np
 import torch
 from pydantic import BaseModel
 
+from ..capabilities import Deployable
 from ..records import Cohort
 from ..registry import Registry
 from ..state import Stateful
@@ -32,7 +34,7 @@ def sparse_bytes(nnz: np.ndarray | int, dim: int, value_bytes: int = VALUE_BYTES
     return np.where(nnz >= dim, dense, np.minimum(coded, dense))
 
 
-class Compressor(Stateful, ABC):
+class Compressor(Stateful, Deployable, ABC):
     """Encodes client uploads and prices downloads from what each client lacks.
 
     Server-side state (masks, server residuals) is declared in ``state_attrs``; per-client
@@ -43,6 +45,9 @@ class Compressor(Stateful, ABC):
     #: the upload kinds (``Algorithm.update_kind``) this compressor may encode; ``None`` = any.
     #: Config validation refuses other pairs instead of silently breaking an algorithm's invariants.
     accepts: frozenset[str] | None = None
+    #: uploads reach the server exactly as the client computed them, so there is no encoding to run on a
+    #: device (a deployment may then derive an upload on the server, see :mod:`turnout.flower`)
+    passes_uploads_through: bool = False
 
     def __init__(self, cfg: BaseModel, dim: int, seed: int, store: ClientStateStore | None = None,
                  layout: list[int] | None = None):
@@ -62,6 +67,19 @@ class Compressor(Stateful, ABC):
     def server_update(self, round: int, update: torch.Tensor) -> torch.Tensor:
         """Compress the server's model change before it is applied/broadcast. Default: unchanged."""
         return update
+
+    def device_state(self, round: int) -> dict[str, torch.Tensor]:
+        """Server-side state that round ``round``'s upload encoding reads (a shared mask, a frozen set).
+
+        A deployment encodes uploads on the devices and ships this with each instruction; its size
+        is part of what :meth:`download_bytes` charges. Default: nothing.
+        """
+        return {}
+
+    def load_device_state(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Install, on a device's own copy of this compressor, what :meth:`device_state` shipped."""
+        for name, value in state.items():
+            setattr(self, name, value)
 
     def download_bytes(self, lacking: np.ndarray) -> np.ndarray:
         """Bytes to bring clients up to date, given how many coordinates each lacks."""

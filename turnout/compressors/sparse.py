@@ -250,6 +250,10 @@ class SparsifierBase(Compressor):
             return None
         return self.shared_mask
 
+    def device_state(self, round: int) -> dict[str, torch.Tensor]:
+        """The shared mask M when this round's uploads are built around it (it is priced in the download)."""
+        return {} if self._forced(round) is None else {"shared_mask": self.shared_mask.clone()}
+
     # ---- client side -------------------------------------------------------------------------
     def encode_uploads(self, round: int, clients: np.ndarray, updates: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
         k = len(clients)

@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 from pydantic import BaseModel
 
+from ..capabilities import Deployable
 from ..records import RoundClose
 from ..registry import Registry
 from ..state import Stateful
@@ -14,7 +15,7 @@ from ..state import Stateful
 ROUND_MODES: Registry = Registry("round_mode", "when a round closes and what happens to the rest")
 
 
-class RoundMode(Stateful, ABC):
+class RoundMode(Stateful, Deployable, ABC):
     """Decides how many clients to launch for a target of K and when the round closes."""
 
     Config: type[BaseModel]

@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 from pydantic import BaseModel
 
+from ..capabilities import Deployable
 from ..records import Cohort, RoundFeedback, SelectionContext
 from ..registry import Registry
 from ..state import Stateful
@@ -23,7 +24,7 @@ from ..world.context import WorldContext
 SELECTORS: Registry = Registry("selector", "cohort and aggregation weights, given the available set and history")
 
 
-class Selector(Stateful, ABC):
+class Selector(Stateful, Deployable, ABC):
     """Chooses who trains. State (counts, utilities, ...) is kept as arrays over the population.
 
     A selector declares the attributes that change during a run in ``state_attrs`` (see

@@ -31,6 +31,7 @@ import torch
 from pydantic import Field
 
 from .. import rng as rngmod
+from ..capabilities import WorldNeed
 from ..config.base import StrictModel
 from ..config.limits import MAX_CLIENTS, MAX_COUNT, MAX_FEATURES, MAX_ROUNDS, MAX_SCALE, MAX_SECONDS
 from ..errors import ConfigError
@@ -182,6 +183,14 @@ class FedGS(Selector):
 
     def target(self) -> int:
         return self.cfg.clients_per_round
+
+    @classmethod
+    def needs_simulator(cls, cfg: Config) -> WorldNeed | None:
+        if cfg.graph == "oracle":
+            return WorldNeed("graph", "oracle",
+                             "builds the 3DG from every client's true label mix or local optimum",
+                             "selector.graph: update_cosine (learned from the clients' uploads)")
+        return None
 
     # ------------------------------------------------------------------------------------------
     def select(self, ctx: SelectionContext) -> Cohort:

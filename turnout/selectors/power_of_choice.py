@@ -50,6 +50,7 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field, model_validator
 
+from ..capabilities import WorldNeed
 from ..config.base import StrictModel
 from ..config.limits import MAX_BATCH, MAX_CLIENTS
 from ..world.context import WorldContext
@@ -168,6 +169,20 @@ class PowerOfChoiceSelector(Selector):
 
     def target(self) -> int:
         return self.cfg.clients_per_round
+
+    @classmethod
+    def needs_simulator(cls, cfg: Config) -> WorldNeed | None:
+        why = "probes losses by evaluating the clients' training data on the server"
+        if cfg.variant == "fedgs":
+            return WorldNeed("variant", "fedgs", why, "selector.variant: cho with selector.estimate: rpow "
+                                                      "(the training losses clients report)")
+        if cfg.variant == "cho" and cfg.estimate != "rpow":
+            return WorldNeed("estimate", cfg.estimate, why,
+                             "selector.estimate: rpow (the training losses clients report)")
+        if cfg.variant == "adaptive_ou" and cfg.rank_by == "probe":
+            return WorldNeed("rank_by", "probe", why,
+                             "selector.rank_by: train_loss (the training losses clients report)")
+        return None
 
     def candidates_d(self, round: int) -> Optional[int]:
         """Candidate-set size of round ``round`` (None: every available client)."""

@@ -51,6 +51,7 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field
 
+from ..capabilities import WorldNeed
 from ..config.base import StrictModel
 from ..config.limits import MAX_CLIENTS, MAX_COUNT, MAX_ROUNDS, MAX_SECONDS
 from ..world.context import WorldContext
@@ -129,6 +130,13 @@ class REFLSelector(Selector):
 
     def target(self) -> int:
         return self.cfg.clients_per_round
+
+    @classmethod
+    def needs_simulator(cls, cfg: Config) -> WorldNeed | None:
+        if cfg.predictor == "oracle":
+            return WorldNeed("predictor", "oracle", "reads future availability from the simulated availability model",
+                             "selector.predictor: history (forecasts from each client's observed history)")
+        return None
 
     # ------------------------------------------------------------------------------------------
     def window(self, ctx: SelectionContext) -> float:

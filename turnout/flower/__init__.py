@@ -1,0 +1,47 @@
+"""Deploy what you simulated: turnout's selectors, server rules, compressors and round modes on Flower.
+
+The same experiment file configures both: the ``selector``, ``algorithm``, ``compressor`` and
+``round_mode`` blocks run on real devices; ``data``, ``availability``, ``devices`` and ``executor``
+describe the simulated world, which connected Flower nodes replace (``devices`` still prices
+seconds under ``clock="modelled"``). :func:`server_app` builds the Flower ``ServerApp`` that runs
+the rounds and writes the simulator's tables; :func:`client_app` builds the ``ClientApp`` that
+runs turnout's client rule on a node's data; :func:`check_deployable` refuses, in one line, what only
+the simulator can run. Flower is an optional extra (``pip install 'turnout[flower]'``): importing
+this package never imports it, and the first call that needs it says how to install it.
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+from .deployable import check_deployable
+
+#: The Flower release this package is tested with (the ``turnout[flower]`` extra pins it).
+FLOWER_VERSION = "1.42.0"
+
+
+def require_flower():
+    """The ``flwr`` module, or a one-line error saying how to install the extra."""
+    try:
+        import flwr
+    except ImportError:
+        raise ConfigError("flower", "not installed",
+                          f"install the extra: pip install -c constraints.txt 'turnout[flower]' "
+                          f"(flwr[simulation]=={FLOWER_VERSION})") from None
+    return flwr
+
+
+def server_app(*args, **kwargs):
+    """A Flower ``ServerApp`` running one experiment variant (see :func:`turnout.flower.serverapp.server_app`)."""
+    from .serverapp import server_app as build
+
+    return build(*args, **kwargs)
+
+
+def client_app(*args, **kwargs):
+    """A Flower ``ClientApp`` running turnout's client rule (see :func:`turnout.flower.clientapp.client_app`)."""
+    from .clientapp import client_app as build
+
+    return build(*args, **kwargs)
+
+
+__all__ = ["FLOWER_VERSION", "check_deployable", "client_app", "require_flower", "server_app"]
