@@ -33,6 +33,7 @@ from .algorithms.base import AlgorithmContext
 from .composition import BuildContext, Injected, Parts, compose
 from .config.loader import ResolvedExperiment
 from .data.federated import FederatedDataset
+from .device import resolve_device
 from .errors import ConfigError
 from .models.flat import FlatModel
 from .observers import Observer, RoundRecord
@@ -116,7 +117,7 @@ class Simulation(Stateful):
             raise ConfigError("selector.clients_per_round", self.parts.selector.target(),
                               f"must be <= the number of clients ({n}) of this dataset")
         self.population = Population(n_train=data.n_train, devices=self.parts.devices.profiles(n, seed))
-        self.trainer = LocalTrainer(self.model, exp.train)
+        self.trainer = LocalTrainer(self.model, exp.train, device=resolve_device(cfg.runtime.device))
         self.ledger = CoordinateLedger(dim, cfg.rounds)
         self.late = LateBuffer(dim)
         self.participation = ParticipationTracker(n)

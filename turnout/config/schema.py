@@ -71,6 +71,9 @@ class RuntimeConfig(StrictModel):
                                    description="RAM for per-client model-sized state (control variates, memories, "
                                                "residuals); beyond it rows spill to a memory-mapped file (at most "
                                                "16 TiB)")
+    device: str = Field("cpu", pattern=r"^(cpu|cuda|cuda:[0-9]{1,2}|mps|auto)$",
+                        description="where local training runs: cpu, cuda, cuda:N, mps or auto (the first of cuda, "
+                                    "mps, cpu that is available); aggregation stays on the CPU")
     num_cpus: float = Field(1.0, gt=0.0, le=1024.0, description="CPUs a unit asks of Ray (--backend ray)")
     num_gpus: float = Field(0.0, ge=0.0, le=64.0, description="GPUs a unit asks of Ray (--backend ray; fractions "
                                                                 "share a GPU)")

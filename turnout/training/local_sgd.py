@@ -89,12 +89,15 @@ class LocalResult:
 class LocalTrainer:
     """Runs minibatch SGD (momentum, weight decay, clipping) from a flat start point."""
 
-    def __init__(self, model: FlatModel, cfg: TrainConfig, grad_backend: str = "autograd"):
+    def __init__(self, model: FlatModel, cfg: TrainConfig, grad_backend: str = "autograd",
+                 device: torch.device | str = "cpu"):
         if grad_backend not in ("autograd", "functional"):
             raise ValueError(f"grad_backend must be 'autograd' or 'functional', not {grad_backend!r}")
         self.model = model
         self.cfg = cfg
         self.grad_backend = grad_backend
+        #: where training runs (``runtime.device``); inputs move there, results come back to the CPU
+        self.device = torch.device(device)
 
         def loss_fn(params: Params, buffers: dict, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             return F.cross_entropy(model.forward(params, buffers, x), y)
@@ -138,21 +141,28 @@ class LocalTrainer:
 
     def train(self, start: torch.Tensor, buffers: dict[str, torch.Tensor], x: np.ndarray, y: np.ndarray,
               steps: int, lr: float, rng: np.random.Generator, objective: LocalObjective | None = None) -> LocalResult:
-        """Train from the flat vector ``start`` on ``(x, y)`` for ``steps`` minibatches."""
+        """Train from the flat vector ``start`` on ``(x, y)`` for ``steps`` minibatches.
+
+        On a device other than the CPU the start point, the client's data and the optimiser state
+        live there; the result comes back to the CPU (on the CPU nothing is copied).
+        """
         self.model.module.train()
+        dev, cpu = self.device, torch.device("cpu")
+        start = start.detach().to(dev)
         params = {k: v.detach().clone() for k, v in self.model.unflatten(start).items()}
-        buffers = {k: v.clone() for k, v in buffers.items()}
-        xt, yt = torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(np.ascontiguousarray(y))
+        buffers = {k: v.to(dev).clone() for k, v in buffers.items()}
+        xt = torch.from_numpy(np.ascontiguousarray(x)).to(dev)
+        yt = torch.from_numpy(np.ascontiguousarray(y)).to(dev)
         obj = objective if objective is not None and not objective.is_plain() else None
-        anchor = split_flat(start.detach(), params) if obj is not None and obj.prox_mu else None
-        offset = split_flat(obj.offset, params) if obj is not None and obj.offset is not None else None
+        anchor = split_flat(start, params) if obj is not None and obj.prox_mu else None
+        offset = split_flat(obj.offset.to(dev), params) if obj is not None and obj.offset is not None else None
         grad_sum = torch.zeros_like(start) if obj is not None and obj.freeze else None
         velocity = None
         total_loss, samples = 0.0, 0
         done = 0
         for idx in batch_indices(len(y), self.cfg.batch_size, steps, rng):
             done += 1
-            ti = torch.from_numpy(idx)
+            ti = torch.from_numpy(idx).to(dev)
             grads, loss = self.grad_and_loss(params, buffers, xt[ti], yt[ti])
             total_loss += float(loss) * len(idx)
             samples += len(idx)
@@ -172,9 +182,10 @@ class LocalTrainer:
                 grads = {k: g * scale for k, g in grads.items()}
             with torch.no_grad():
                 params, velocity = self.sgd_step(params, grads, velocity, lr)
-        return LocalResult(params=self.model.flatten(params).detach(), buffers=buffers,
+        return LocalResult(params=self.model.flatten(params).detach().to(cpu),
+                           buffers={k: v.to(cpu) for k, v in buffers.items()},
                            mean_loss=total_loss / max(1, samples), steps=done, samples=samples,
-                           grad_sum=grad_sum)
+                           grad_sum=None if grad_sum is None else grad_sum.to(cpu))
 
 
 @torch.no_grad()
