@@ -72,6 +72,10 @@ def machine() -> str:
             f"{platform.python_version()}")
 
 
+def _load() -> str:
+    return " / ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
 def trimmed(data: FederatedDataset, n: int) -> FederatedDataset:
     """Every client's first ``n`` training rows (clients with fewer are an error: W needs exactly ``n``)."""
     counts = np.diff(data.train_offsets)
@@ -152,6 +156,7 @@ def main(argv=None) -> int:
           f"{TRAIN['local_steps']} steps of batch {TRAIN['batch_size']}; W100 = all {CLIENTS} per round")
     print(f"timing: whole round step without evaluation; median of {args.repeats} interleaved repeats of the "
           f"mean over {args.rounds} rounds, after one warm-up round")
+    print(f"load average at start (1/5/15 min, all processes on the machine): {_load()}")
     print()
     head = f"{'model':8} {'workload':8} {'executor':17} {'s/round':>9} {'x sequential':>12} {'speed-up':>9} " \
            f"{'min..max s/round':>18} {'warm-up s':>9}  auto chose"
@@ -166,6 +171,7 @@ def main(argv=None) -> int:
                 print(f"{row['model']:8} {row['workload']:8} {row['executor']:17} {row['s_round']:9.4f} "
                       f"{row['ratio']:12.2f} {row['speedup']:8.1f}x {lo:8.4f}..{hi:<8.4f} {row['warmup_s']:9.2f}  "
                       f"{row['auto']}", flush=True)
+    print(f"load average at end: {_load()}")
     print()
     for row in rows:
         if row["executor"] == "parallel" and row["workload"] == "W100":

@@ -67,6 +67,18 @@ def test_configured_pool_starts_on_the_first_round_is_reused_and_released(simula
     assert json.dumps(res.rounds) == json.dumps(ref.rounds) and torch.equal(res.final_params, ref.final_params)
 
 
+def test_an_empty_cohort_starts_no_pool():
+    data = _tiny_data()
+    torch.manual_seed(0)
+    fm = FlatModel(nn.Sequential(nn.Flatten(), nn.Linear(5, 3)))
+    trainer = LocalTrainer(fm, TrainConfig(batch_size=4, local_steps=2, lr=0.1))
+    algorithm = FedAvg(FedAvg.Config(), AlgorithmContext(2, fm.dim, data.n_train, 0, 1))
+    ex = ParallelExecutor(ParallelConfig(workers=2))
+    res = ex.run(ClientBatch(0, np.zeros(0, np.int64), np.zeros(0, np.int64), 0.1, fm.flat_params(), {}, 0),
+                 algorithm, trainer, data)
+    assert res.updates.shape == (0, fm.dim) and len(res.losses) == 0 and ex.pool is None
+
+
 def test_default_workers_are_the_available_cores():
     assert ParallelExecutor(ParallelConfig()).workers == available_cores() == len(os.sched_getaffinity(0))
 

@@ -92,13 +92,14 @@ def test_stacked_matches_per_client_training(train, device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_frozen_clients_sum_gradients_and_others_train(device):
-    sizes, steps = [11, 7, 16], [3, 5, 4]
+    sizes, steps = [11, 7, 16, 0], [3, 5, 4, 2]
     x, y, first = population(sizes, seed=3)
     fm = mlp(3)
     cfg = TrainConfig(batch_size=4, local_steps=4, lr=0.2)
-    objectives = [LocalObjective(freeze=True), None, LocalObjective(freeze=True)]
+    objectives = [LocalObjective(freeze=True), None, LocalObjective(freeze=True), LocalObjective(freeze=True)]
     ref, res = run_both(fm, cfg, sizes, steps, objectives, x, y, first, lr=0.2, device=device)
-    for i in (0, 2):
+    assert float(ref[3].grad_sum.abs().sum()) == 0.0 == float(res.grad_sum[3].abs().sum())  # no data: nothing summed
+    for i in (0, 2, 3):
         torch.testing.assert_close(res.params[i].cpu(), fm.flat_params())  # frozen: exactly the start
         torch.testing.assert_close(res.grad_sum[i].cpu(), ref[i].grad_sum, rtol=RTOL, atol=ATOL)
     torch.testing.assert_close(res.params[1].cpu(), ref[1].params, rtol=RTOL, atol=ATOL)
@@ -135,7 +136,7 @@ def test_padded_rows_layout():
     rows, counts = padded_rows([[np.array([2, 0]), np.array([1])], [np.array([0])], []], np.array([10, 20, 30]), 2)
     assert rows.shape == (2, 3, 2) and counts.tolist() == [[2, 1, 0], [1, 0, 0]]
     assert rows[0, 0].tolist() == [12, 10] and rows[1, 0].tolist() == [11, 10]  # padding repeats the first row
-    assert rows[0, 1].tolist() == [20, 20] and rows[0, 2].tolist() == [30, 30]
+    assert rows[0, 1].tolist() == [20, 20] and rows[0, 2].tolist() == [0, 0]  # no data: row 0, masked
 
 
 def test_stack_objectives():

@@ -181,6 +181,8 @@ class ParallelExecutor(Executor):
         clients, k = batch.clients.tolist(), len(batch.clients)
         g = batch.global_params
         dim = g.numel()
+        if k == 0:  # nobody to train: no reason to start the pool
+            return CohortResult(torch.empty((0, dim), dtype=g.dtype), np.zeros(0), np.zeros(0, np.int64), [])
         starts = [algorithm.client_start(c, g) for c in clients]
         objectives = [algorithm.local_objective(c, s) for c, s in zip(clients, starts)]
         if self.pool is None:

@@ -81,12 +81,14 @@ class VectorizedExecutor(Executor):
             raise ConfigError("executor.name", "vectorized", "cannot keep the model's per-client BatchNorm running "
                                                              "statistics exactly; use sequential or parallel")
         clients, k, dim, dtype = batch.clients.tolist(), len(batch.clients), model.dim, batch.global_params.dtype
+        if k == 0:
+            return CohortResult(torch.empty((0, dim), dtype=dtype), np.zeros(0), np.zeros(0, np.int64), [])
         starts = [algorithm.client_start(c, batch.global_params) for c in clients]
         objectives = [algorithm.local_objective(c, s) for c, s in zip(clients, starts)]
         bsz = trainer.cfg.batch_size
-        batches = [batch_indices(int(data.n_train[c]), bsz, int(steps),
-                                 rngmod.stream(batch.seed, "batches", batch.round, c))
-                   for c, steps in zip(clients, batch.steps.tolist())]
+        sizes = data.n_train[batch.clients].tolist()
+        batches = [batch_indices(n, bsz, steps, rngmod.stream(batch.seed, "batches", batch.round, c))
+                   for c, n, steps in zip(clients, sizes, batch.steps.tolist())]
         ends = torch.empty((k, dim), dtype=dtype)
         grad_sums = [None] * k
         losses, samples = np.zeros(k), np.zeros(k, dtype=np.int64)
@@ -97,12 +99,8 @@ class VectorizedExecutor(Executor):
         size = self.chunk_size(model, data, max((len(b) for b in batches), default=0), bsz)
         for a in range(0, k, size):
             rows = slice(a, min(k, a + size))
-            chunk_batches = batches[rows]
             chunk_starts = torch.stack([s.reshape(-1).to(dtype) for s in starts[rows]]).to(device)
-            if not any(chunk_batches):  # no client of the chunk has data: nobody moves
-                ends[rows] = chunk_starts.cpu()
-                continue
-            idx, counts = padded_rows(chunk_batches, first_row[rows], bsz)
+            idx, counts = padded_rows(batches[rows], first_row[rows], bsz)
             xs = torch.from_numpy(np.ascontiguousarray(data.x_train[idx])).to(device)
             ys = torch.from_numpy(np.ascontiguousarray(data.y_train[idx])).to(device)
             obj = StackedObjective.stack(objectives[rows], dim, dtype, device)

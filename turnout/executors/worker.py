@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import sys
 import traceback
 
@@ -70,9 +71,10 @@ def main(conn) -> None:
     """Serve requests on ``conn`` until told to stop or the driver goes away, then exit at once.
 
     Exiting with ``os._exit`` skips the interpreter's teardown of torch (seconds on a busy machine);
-    a worker has nothing to flush but its output streams.
+    a worker has nothing to flush but its output streams. Ctrl-C is left to the driver.
     """
     torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the driver, which stops the pool
     serve(conn)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -72,14 +72,15 @@ def padded_rows(batches: Sequence[Sequence[np.ndarray]], first_row: np.ndarray, 
     """Global row numbers ``(steps_max, k, batch_size)`` and real-row counts ``(steps_max, k)``.
 
     ``batches[i]`` are client ``i``'s minibatches (local row indices) and ``first_row[i]`` its first
-    row in the dataset's arrays. Padding repeats a valid row (its weight is zero).
+    row in the dataset's arrays. Padding repeats a valid row (it is masked out): the client's first,
+    or row 0 for a client without data (whose offset may be the end of the arrays).
     """
     k = len(batches)
     steps = max((len(b) for b in batches), default=0)
     rows = np.zeros((steps, k, batch_size), dtype=np.int64)
     counts = np.zeros((steps, k), dtype=np.int64)
     for i, client_batches in enumerate(batches):
-        rows[:, i] = first_row[i]
+        rows[:, i] = first_row[i] if len(client_batches) else 0
         for s, idx in enumerate(client_batches):
             rows[s, i, :len(idx)] = first_row[i] + idx
             counts[s, i] = len(idx)
