@@ -6,13 +6,14 @@ its clients with one thread, so results are bitwise those of ``executor: sequent
 default ``runtime.torch_threads: 1``), whatever the number of workers or the order they finish.
 
 The driver keeps everything that is not training: every client's ``client_start`` and
-``local_objective`` run here first, in client order, then the workers train, then every
-``client_update`` runs here in client order (the hooks read state that training does not
-change). The pool is started with the ``spawn`` method on the first round and lives until
-:meth:`ParallelExecutor.close`; the model is sent once, the dataset is written once to mapped
-files every worker reads, and start points, offsets, end points and gradient sums travel through
-a mapped board reused across rounds. Clients are handed out a few at a time, so a slow worker
-gets fewer. A worker that dies or fails stops the run with one line saying which and why.
+``local_objective`` run here first, in client order, then the workers train while the driver runs
+``client_update`` in client order on the end points that have come back (the hooks read state
+that training does not change). The pool is started with the ``spawn`` method on the first round
+and lives until :meth:`ParallelExecutor.close`; the model is sent once, the dataset is written
+once to mapped files every worker reads, and start points, offsets, end points and gradient sums
+travel through a mapped board reused across rounds. A free worker gets a share of the clients
+left, shrinking to one at the end of the round, so a slow worker gets fewer and none idles long
+at the end. A worker that dies or fails stops the run with one line saying which and why.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ from . import worker as worker_module
 from .base import EXECUTORS, ClientBatch, CohortResult, Executor
 from .shared import SharedDir
 
-#: tasks handed to a worker at once = ceil(clients / (workers · TASKS_PER_WORKER))
-TASKS_PER_WORKER = 4
+#: a free worker gets ceil(remaining clients / (workers · SHARE)) of them (guided self-scheduling):
+#: big chunks first for few messages, single clients at the end so no worker idles long
+SHARE = 2
 #: seconds a stopping worker gets before it is terminated
 STOP_TIMEOUT_S = 5.0
 
@@ -188,6 +190,27 @@ class ParallelExecutor(Executor):
         if self.pool is None:
             self.pool = WorkerPool(self.workers)
         pool = self.pool
+        losses, samples = np.zeros(k), np.zeros(k, dtype=np.int64)
+        buffers: list[dict] = [{}] * k
+        updates = torch.empty((k, dim), dtype=g.dtype)
+        arrived: dict[int, bool] = {}  # row → has a gradient sum, for rows trained but not yet updated
+        done = 0
+
+        def collect(replies: list[tuple]) -> None:
+            """Record replies; run ``client_update`` in client order as far as end points are in."""
+            nonlocal done
+            for row, mean_loss, n, has_grad, bufs in replies:
+                losses[row], samples[row], buffers[row] = mean_loss, n, bufs
+                arrived[row] = has_grad
+            while done in arrived:
+                row = done
+                end = torch.from_numpy(np.array(pool.board["end"][row]))  # copies: the board is reused
+                grad = torch.from_numpy(np.array(pool.board["grad"][row])) if arrived.pop(row) else None
+                update = algorithm.client_update(clients[row], starts[row], end, grad_sum=grad)
+                # A report of the wrong shape is kept as NaN so the engine rejects it before aggregation.
+                updates[row] = update.reshape(-1) if update.numel() == dim else float("nan")
+                done += 1
+
         try:
             pool.prepare(trainer, data, k, dim, g.dtype)
             board = pool.board
@@ -203,48 +226,37 @@ class ParallelExecutor(Executor):
                     board["offset"][row] = o.offset.reshape(-1).to(g.dtype).numpy()
                 tasks.append((row, c, int(steps), start_row, 1.0 if o is None else o.scale,
                               0.0 if o is None else o.prox_mu, o is not None and o.freeze, has_offset))
-            results = self._train(pool, batch, tasks)
+            self._train(pool, batch, tasks, collect)
         except BaseException:
             self.close()  # a failed pool is not reused
             raise
-        losses, samples = np.zeros(k), np.zeros(k, dtype=np.int64)
-        buffers: list[dict] = [{}] * k
-        updates = torch.empty((k, dim), dtype=g.dtype)
-        ends = torch.from_numpy(np.array(board["end"][:k]))
-        grads = {}
-        for row, mean_loss, n, has_grad, bufs in results:
-            losses[row], samples[row], buffers[row] = mean_loss, n, bufs
-            if has_grad:
-                grads[row] = torch.from_numpy(np.array(board["grad"][row]))
-        for row, c in enumerate(clients):
-            update = algorithm.client_update(c, starts[row], ends[row], grad_sum=grads.get(row))
-            # A report of the wrong shape is kept as NaN so the engine rejects it before aggregation.
-            updates[row] = update.reshape(-1) if update.numel() == dim else float("nan")
         return CohortResult(updates=updates, losses=losses, samples=samples, buffers=buffers)
 
-    def _train(self, pool: WorkerPool, batch: ClientBatch, tasks: list[tuple]) -> list[tuple]:
-        """Hand tasks out a few at a time to whichever worker is free; collect every result."""
-        per = max(1, math.ceil(len(tasks) / (len(pool.procs) * TASKS_PER_WORKER)))
-        chunks = [tasks[a:a + per] for a in range(0, len(tasks), per)]
-        chunks.reverse()
+    def _train(self, pool: WorkerPool, batch: ClientBatch, tasks: list[tuple], collect) -> None:
+        """Hand tasks out to whichever worker is free, in shrinking chunks; pass replies to ``collect``.
+
+        The driver's share of the work (``client_update``) runs while workers train the rest.
+        """
+        workers = len(pool.procs)
+        todo = list(reversed(tasks))
         pending: dict[int, str] = {}
-        results: list[tuple] = []
 
         def hand_out(i: int) -> None:
-            chunk = chunks.pop()
+            size = max(1, math.ceil(len(todo) / (workers * SHARE)))
+            chunk = [todo.pop() for _ in range(min(size, len(todo)))]
             what = f"training round {batch.round}'s clients {[t[1] for t in chunk]}"
             pool.send(i, ("train", batch.round, batch.seed, batch.lr, batch.buffers, chunk), what)
             pending[i] = what
 
-        for i in range(min(len(pool.procs), len(chunks))):
-            hand_out(i)
-        while pending:
-            i, value = pool.receive(pending)
-            del pending[i]
-            results.extend(value)
-            if chunks:
+        for i in range(workers):
+            if todo:
                 hand_out(i)
-        return results
+        while pending:
+            i, replies = pool.receive(pending)
+            del pending[i]
+            if todo:
+                hand_out(i)
+            collect(replies)
 
     def close(self) -> None:
         if self.pool is not None:
