@@ -185,7 +185,7 @@ def main(argv=None) -> int:
     print(f"workloads: W = {CLIENTS} clients x {SAMPLES} samples, {WORKLOADS['W']} per round, "
           f"{TRAIN['local_steps']} steps of batch {TRAIN['batch_size']}; W100 = all {CLIENTS} per round")
     print(f"timing: whole round step without evaluation; median of {args.repeats} interleaved repeats of the "
-          f"mean over {args.rounds} rounds, after one warm-up round")
+          f"mean over {args.rounds} round(s), after one warm-up round")
     print(f"load average at start (1/5/15 min, all processes on the machine): {_load()}")
     print("others = cores other processes (other jobs, VM steal) kept busy during the timed rounds (median)")
     print()
