@@ -100,9 +100,26 @@ def plain_sgd_for_inverting_rules(components: Mapping[str, Component], train: Tr
                                   f"{algo.name} recovers gradients from plain local SGD: set {key} to {plain}")
 
 
+def executor_trains_model_exactly(components: Mapping[str, Component], train: TrainConfig, prefix: str) -> None:
+    """An executor must train the model exactly as the sequential reference does (its declared capabilities)."""
+    from .models.registry import model_traits
+
+    ex, model = components["executor"], components["model"]
+    traits = model_traits(model.cls, model.cfg)
+    if traits.running_stats and not ex.cls.trains_running_stats:
+        ok = [name for name, cls in registries()["executor"] if cls.trains_running_stats]
+        raise ConfigError(f"{prefix}executor.name", ex.name,
+                          f"cannot keep {model.name}'s per-client BatchNorm running statistics exactly; "
+                          f"use one of: {', '.join(ok)}")
+    if traits.vmap_blocker is not None and ex.cls.needs_vmap:
+        option, value, fix = traits.vmap_blocker
+        raise ConfigError(f"{prefix}model.{option}", value, f"executor {ex.name} batches clients with "
+                                                            f"torch.func.vmap, but {fix}")
+
+
 #: Combinations refused at validation because they would run but silently break an algorithm.
 RULES: tuple[Callable[[Mapping[str, Component], TrainConfig, str], None], ...] = (
-    compressor_accepts_upload, plain_sgd_for_inverting_rules)
+    compressor_accepts_upload, plain_sgd_for_inverting_rules, executor_trains_model_exactly)
 
 
 class _Catalogue:

@@ -199,7 +199,7 @@ class Simulation(Stateful):
         """Finish the run and collect its tables (``rows`` = every round's row, from the first)."""
         self.finish()
         summary = {"wall_s": wall_s, "late_unused_s": self.unused_late_s, **self.store.stats(),
-                   **self.participation.summary(self.population.times_selected),
+                   **self.participation.summary(self.population.times_selected), **self.executor.summary(),
                    **({"diverged_at_round": self.diverged_at} if self.diverged_at is not None else {})}
         return RunResult(self.exp.variant, self.seed, rows, self._client_columns(), summary, self.params)
 

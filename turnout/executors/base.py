@@ -21,9 +21,17 @@ EXECUTORS: Registry = Registry("executor", "how local training is run")
 
 
 class Executor(ABC):
-    """Runs ``algorithm``'s client rule with ``trainer`` for every client of a :class:`ClientBatch`."""
+    """Runs ``algorithm``'s client rule with ``trainer`` for every client of a :class:`ClientBatch`.
+
+    Capabilities are declared here, read by the composition rules at validation, so a combination
+    an executor cannot run exactly is refused before any work rather than run approximately.
+    """
 
     Config: type[BaseModel]
+    #: trains models whose BatchNorm running statistics change in training, returning each client's own
+    trains_running_stats: bool = True
+    #: batches clients with ``torch.func.vmap``, so every layer of the model must have a batching rule
+    needs_vmap: bool = False
 
     def __init__(self, cfg: BaseModel):
         self.cfg = cfg
@@ -33,5 +41,9 @@ class Executor(ABC):
             data: FederatedDataset) -> CohortResult:
         """Train every client of ``batch``."""
 
+    def summary(self) -> dict:
+        """Entries for the run's ``summary.json`` (what an automatic choice picked). Default: none."""
+        return {}
+
     def close(self) -> None:
-        """Release workers (pools, Ray actors). Default: nothing to release."""
+        """Release workers (process pools). Default: nothing to release."""

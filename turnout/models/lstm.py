@@ -17,7 +17,7 @@ from torch import nn
 
 from ..config.base import StrictModel
 from ..config.limits import MAX_WIDTH
-from .registry import MODELS
+from .registry import MODELS, ModelTraits
 
 
 class UnrolledLSTM(nn.Module):
@@ -94,6 +94,11 @@ class CharLSTM:
         impl: Literal["fused", "unrolled"] = "fused"
         """'fused': nn.LSTM (fastest for one model); 'unrolled': same parameters and init in plain
         matmuls, which works under torch.func.vmap (for executors that stack many clients)."""
+
+    @classmethod
+    def traits(cls, cfg: "CharLSTM.Config") -> ModelTraits:
+        return ModelTraits(vmap_blocker=("impl", cfg.impl, "nn.LSTM's fused kernel has no vmap batching rule; "
+                                                          "set model.impl: unrolled") if cfg.impl == "fused" else None)
 
     @classmethod
     def build(cls, cfg: "CharLSTM.Config", input_shape: tuple[int, ...], num_classes: int) -> nn.Module:

@@ -24,7 +24,7 @@ from pydantic import Field
 from torch import nn
 
 from ..config.base import StrictModel
-from .registry import MODELS
+from .registry import MODELS, ModelTraits
 
 
 def _check_image(input_shape: tuple[int, ...], name: str) -> int:
@@ -149,6 +149,10 @@ class ShuffleNetV2:
         """'cifar': 3x3 stride-1 conv, no max-pool; 'imagenet': 3x3 stride-2 conv + max-pool."""
 
     @classmethod
+    def traits(cls, cfg: "ShuffleNetV2.Config") -> ModelTraits:
+        return ModelTraits(running_stats=True)
+
+    @classmethod
     def build(cls, cfg: "ShuffleNetV2.Config", input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
         return ShuffleNetV2Net(_check_image(input_shape, "shufflenet_v2"), num_classes, float(cfg.width), cfg.stem)
 
@@ -228,6 +232,10 @@ class MobileNetV2:
         """Width multiplier; channels are rounded to multiples of 8."""
         stem: Literal["cifar", "imagenet"] = "cifar"
         """'cifar': stride-1 first conv and stride 1 in the 24-channel group; 'imagenet': as the paper."""
+
+    @classmethod
+    def traits(cls, cfg: "MobileNetV2.Config") -> ModelTraits:
+        return ModelTraits(running_stats=True)
 
     @classmethod
     def build(cls, cfg: "MobileNetV2.Config", input_shape: tuple[int, ...], num_classes: int) -> nn.Module:

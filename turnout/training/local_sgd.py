@@ -3,8 +3,9 @@
 The optimiser step is plain tensor arithmetic on a dict of parameters, and gradients come from
 ``torch.func.grad_and_value`` over ``functional_call``: no ``nn.Module`` state changes, no
 ``torch.optim`` objects. That makes one client's training a pure function
-``(start params, batches, hyper-parameters) → end params`` which the sequential executor calls
-per client and a vectorised executor can ``vmap`` over stacked clients, on the same code path.
+``(start params, batches, hyper-parameters) → end params`` which the sequential and parallel
+executors call per client; :mod:`turnout.training.stacked_sgd` is the same arithmetic with a
+leading client axis, which the vectorized executor ``vmap``-s over stacked clients.
 
 Algorithms that change the local objective (FedProx's proximal term, SCAFFOLD's and FedSUM's
 corrections, FedSUM-B's gradients at the start point) describe the change as data, a

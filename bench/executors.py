@@ -1,0 +1,218 @@
+"""Executors side by side: seconds per round and the ratio to the sequential executor, in one run.
+
+Three models on two workloads, every executor interleaved (so a load change on a shared machine
+hits all of them alike):
+
+* ``logreg`` — the quickstart task: Synthetic(0.5, 0.5) (FedProx variant), logistic regression,
+  ``lr 0.2`` with exponential decay, FedAvg with server momentum 0.5, weighting by samples;
+* ``mlp`` — MLP(200) on Fashion-MNIST;
+* ``cnn`` — FedSUM's MNIST CNN (``cnn_fedsum_mnist``) on Fashion-MNIST's 28×28 images.
+
+Workload W: 100 clients × 320 training samples, 10 clients per round, 10 local steps of batch
+32; W100: the same with all 100 clients every round. A timed round is the engine's whole round
+step (selection, training, compression, aggregation, accounting); evaluation is left out. Each
+simulation first runs one warm-up round (the parallel pool starts, ``vmap`` warms up), reported
+apart. Every figure is the median over ``--repeats`` interleaved repeats of the mean over
+``--rounds`` rounds.
+
+    python bench/executors.py                           # everything on the CPU (~15 min on 2 cores)
+    python bench/executors.py --models logreg --workloads W100 --repeats 5
+    python bench/executors.py --device cuda             # adds vectorized with tensors on the GPU
+
+The simulation itself runs on the CPU; ``--device cuda`` adds a column for ``executor:
+vectorized, device: cuda`` (the stacked local training on the GPU, everything else on the CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+from turnout.composition import expand
+from turnout.data.federated import FederatedDataset, offsets_from_counts
+from turnout.engine import Simulation
+from turnout.experiment import prepare
+
+SAMPLES, CLIENTS = 320, 100
+TRAIN = {"batch_size": 32, "local_steps": 10}
+MODELS = {
+    "logreg": {"data": {"name": "synthetic", "alpha": 0.5, "beta": 0.5, "variant": "fedprox",
+                        "num_clients": CLIENTS, "min_samples": SAMPLES * 10 // 9 + 1},  # 90 % train
+               "model": {"name": "logreg"},
+               "train": {"lr": 0.2, "lr_schedule": {"name": "exponential", "gamma": 0.995}},
+               "algorithm": {"name": "fedavg", "server_momentum": 0.5}},
+    "mlp": {"data": {"name": "fashion_mnist", "num_clients": CLIENTS, "client_test_fraction": 0.0},
+            "model": {"name": "mlp", "hidden": [200]}, "train": {"lr": 0.05}, "algorithm": {"name": "fedavg"}},
+    "cnn": {"data": {"name": "fashion_mnist", "num_clients": CLIENTS, "client_test_fraction": 0.0},
+            "model": {"name": "cnn_fedsum_mnist"}, "train": {"lr": 0.05}, "algorithm": {"name": "fedavg"}},
+}
+WORKLOADS = {"W": 10, "W100": 100}
+EXECUTORS = ["sequential", "vectorized", "parallel", "auto"]
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    gpu = f", GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ", no GPU"
+    return (f"{platform.platform()} | CPU {cpu}, {cores} cores available{gpu} | torch {torch.__version__}, "
+            f"{torch.get_num_threads()} thread(s) in the driver, 1 per parallel worker | python "
+            f"{platform.python_version()}")
+
+
+def _load() -> str:
+    return " / ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    """(CPU-seconds every process of the machine has run, CPU-seconds of this process and its children).
+
+    Their difference over a timed block is what other processes (other users' jobs, other VMs'
+    steal) took from the cores meanwhile: the context a parallel executor's figure needs.
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    machine = (user + nice + system + irq + softirq + steal) / tick
+    me = os.getpid()
+    mine = 0.0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(pid) == me or int(stat[1]) == me:  # this process and its workers
+            mine += (int(stat[11]) + int(stat[12])) / tick
+    return machine, mine
+
+
+def trimmed(data: FederatedDataset, n: int) -> FederatedDataset:
+    """Every client's first ``n`` training rows (clients with fewer are an error: W needs exactly ``n``)."""
+    counts = np.diff(data.train_offsets)
+    if (counts < n).any():
+        raise SystemExit(f"{data.name}: some clients hold fewer than {n} training rows")
+    rows = np.concatenate([np.arange(a, a + n) for a in data.train_offsets[:-1]])
+    zero = np.zeros(data.num_clients + 1, np.int64)
+    return FederatedDataset(name=data.name, x_train=data.x_train[rows], y_train=data.y_train[rows],
+                            train_offsets=offsets_from_counts(np.full(data.num_clients, n)),
+                            x_test=data.x_test[:0], y_test=data.y_test[:0], test_offsets=zero,
+                            x_server_test=data.x_server_test[:512], y_server_test=data.y_server_test[:512],
+                            num_classes=data.num_classes, input_shape=data.input_shape)
+
+
+def experiment(model: str, per_round: int, executor: dict, rounds: int):
+    m = MODELS[model]
+    raw = {"name": "bench", "rounds": rounds, "data": m["data"], "model": m["model"],
+           "train": {**TRAIN, **m["train"]}, "algorithm": m["algorithm"],
+           "selector": {"name": "uniform", "clients_per_round": per_round, "weighting": "n_samples"},
+           "executor": executor, "eval": {"every": 10**6}, "output": {"progress": False, "plots": False}}
+    return expand(copy.deepcopy(raw))[0]
+
+
+def label(executor: dict) -> str:
+    return executor["name"] + (f"({executor['device']})" if "device" in executor else "")
+
+
+def bench(model: str, workload: str, executors: list[dict], rounds: int, repeats: int) -> list[dict]:
+    per_round = WORKLOADS[workload]
+    exps = [experiment(model, per_round, ex, 1 + rounds * repeats) for ex in executors]
+    data = trimmed(prepare(exps[:1]).dataset_for(exps[0], 0), SAMPLES)
+    sims = [Simulation(exp, data, 0) for exp in exps]
+    warm, times, others = [], [[] for _ in sims], [[] for _ in sims]
+    try:
+        for sim in sims:
+            t0 = time.perf_counter()
+            sim.step(0)
+            warm.append(time.perf_counter() - t0)
+        for rep in range(repeats):  # interleaved: every executor's block of rounds in turn
+            for i, sim in enumerate(sims):
+                first = 1 + rep * rounds
+                machine0, mine0 = _cpu_seconds()
+                t0 = time.perf_counter()
+                for r in range(first, first + rounds):
+                    sim.step(r)
+                wall = time.perf_counter() - t0
+                machine1, mine1 = _cpu_seconds()
+                times[i].append(wall / rounds)
+                others[i].append(max(0.0, (machine1 - machine0) - (mine1 - mine0)) / wall)
+        summaries = [sim.executor.summary() for sim in sims]
+    finally:
+        for sim in sims:
+            sim.close()
+    out = []
+    base = statistics.median(times[0])
+    for ex, w, t, o, s in zip(executors, warm, times, others, summaries):
+        med = statistics.median(t)
+        out.append({"model": model, "workload": workload, "executor": label(ex), "s_round": med,
+                    "ratio": med / base, "speedup": base / med, "warmup_s": w, "spread": (min(t), max(t)),
+                    "others": statistics.median(o), "auto": s.get("auto_executor", "")})
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="logreg,mlp,cnn")
+    p.add_argument("--workloads", default="W,W100")
+    p.add_argument("--rounds", type=int, default=1, help="timed rounds per repeat")
+    p.add_argument("--repeats", type=int, default=5, help="interleaved repeats (the median is reported)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda: add vectorized with its stacked training on the GPU")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)  # the simulation's default (runtime.torch_threads: 1)
+    executors = [{"name": name} for name in EXECUTORS]
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            print("--device cuda: torch sees no CUDA device on this machine; only CPU columns are measured")
+        else:
+            executors.append({"name": "vectorized", "device": "cuda"})
+    print(f"machine: {machine()}")
+    print(f"workloads: W = {CLIENTS} clients x {SAMPLES} samples, {WORKLOADS['W']} per round, "
+          f"{TRAIN['local_steps']} steps of batch {TRAIN['batch_size']}; W100 = all {CLIENTS} per round")
+    print(f"timing: whole round step without evaluation; median of {args.repeats} interleaved repeats of the "
+          f"mean over {args.rounds} round(s), after one warm-up round")
+    print(f"load average at start (1/5/15 min, all processes on the machine): {_load()}")
+    print("others = cores other processes (other jobs, VM steal) kept busy during the timed rounds (median)")
+    print()
+    head = f"{'model':8} {'workload':8} {'executor':17} {'s/round':>9} {'x sequential':>12} {'speed-up':>9} " \
+           f"{'min..max s/round':>18} {'warm-up s':>9} {'others':>6}  auto chose"
+    print(head)
+    print("-" * len(head))
+    rows = []
+    for model in args.models.split(","):
+        for workload in args.workloads.split(","):
+            for row in bench(model, workload, executors, args.rounds, args.repeats):
+                rows.append(row)
+                lo, hi = row["spread"]
+                print(f"{row['model']:8} {row['workload']:8} {row['executor']:17} {row['s_round']:9.4f} "
+                      f"{row['ratio']:12.2f} {row['speedup']:8.1f}x {lo:8.4f}..{hi:<8.4f} {row['warmup_s']:9.2f} "
+                      f"{row['others']:6.2f}  {row['auto']}", flush=True)
+    print(f"load average at end: {_load()}")
+    print()
+    for row in rows:
+        if row["executor"] == "parallel" and row["workload"] == "W100":
+            ok = "met" if row["ratio"] <= 0.6 else "NOT met"
+            print(f"target parallel <= 0.6x sequential on W100, {row['model']}: {row['ratio']:.3f}x ({ok})")
+        if row["executor"] == "vectorized" and row["workload"] == "W100" and row["model"] == "logreg":
+            ok = "met" if row["speedup"] >= 4 else "NOT met"
+            print(f"target vectorized >= 4x faster than sequential, logreg K=100: {row['speedup']:.1f}x ({ok})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

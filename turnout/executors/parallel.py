@@ -1,0 +1,268 @@
+"""Train a cohort's clients in worker processes, one torch thread each.
+
+For models whose CPU kernels one client already saturates (MLPs, CNNs), batching clients does
+not pay on a CPU; using every core does. Each worker runs the sequential executor's trainer on
+its clients with one thread, so results are bitwise those of ``executor: sequential`` (at the
+default ``runtime.torch_threads: 1``), whatever the number of workers or the order they finish.
+
+The driver keeps everything that is not training: every client's ``client_start`` and
+``local_objective`` run here first, in client order, then the workers train while the driver runs
+``client_update`` in client order on the end points that have come back (the hooks read state
+that training does not change). The pool is started with the ``spawn`` method on the first round
+and lives until :meth:`ParallelExecutor.close`; the model is sent once, the dataset is written
+once to mapped files every worker reads, and start points, offsets, end points and gradient sums
+travel through a mapped board reused across rounds. A free worker gets a share of the clients
+left, shrinking to one at the end of the round, so a slow worker gets fewer and none idles long
+at the end. A worker that dies or fails stops the run with one line saying which and why.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import pickle
+import weakref
+from multiprocessing.connection import wait
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from ..algorithms.base import Algorithm
+from ..config.base import StrictModel
+from ..data.federated import FederatedDataset
+from ..errors import TurnoutError
+from ..errors import ConfigError
+from ..training.local_sgd import LocalTrainer
+from . import worker as worker_module
+from .base import EXECUTORS, ClientBatch, CohortResult, Executor
+from .shared import SharedDir
+
+#: a free worker gets ceil(remaining clients / (workers · SHARE)) of them (guided self-scheduling):
+#: big chunks first for few messages, single clients at the end so no worker idles long
+SHARE = 2
+#: seconds a stopping worker gets before it is terminated
+STOP_TIMEOUT_S = 5.0
+
+
+class WorkerError(TurnoutError):
+    """A worker process died or failed; the simulation cannot go on."""
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+class ParallelConfig(StrictModel):
+    workers: int | None = Field(None, ge=1, le=256, description="worker processes (default: the available cores)")
+
+
+class WorkerPool:
+    """Spawned worker processes with a pipe each, the mapped files they read, and what they hold."""
+
+    def __init__(self, n: int):
+        ctx = multiprocessing.get_context("spawn")
+        self.shared = SharedDir()
+        self.conns, self.procs = [], []
+        self._cleanup = weakref.finalize(self, _terminate, self.procs, self.shared)
+        for _ in range(n):
+            parent, child = ctx.Pipe(duplex=True)
+            proc = ctx.Process(target=worker_module.main, args=(child,), daemon=True, name="turnout-worker")
+            proc.start()
+            child.close()
+            self.conns.append(parent)
+            self.procs.append(proc)
+        self.trainer_ref = self.data_ref = None
+        self.board: dict[str, np.ndarray] = {}
+        self.capacity = -1
+
+    # ---- messages ---------------------------------------------------------------------------
+    def send(self, i: int, msg: tuple, context: str) -> None:
+        try:
+            self.conns[i].send_bytes(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            raise self._died(i, context) from None
+
+    def receive(self, pending: dict[int, str]):
+        """The next reply among workers in ``pending`` (worker → what it is doing) as ``(worker, value)``."""
+        by_conn = {self.conns[i]: i for i in pending}
+        by_sentinel = {self.procs[i].sentinel: i for i in pending}
+        ready = wait(list(by_conn) + list(by_sentinel))
+        for obj in ready:  # replies first: a worker that answered and then exited still answered
+            if obj in by_conn:
+                i = by_conn[obj]
+                try:
+                    reply = pickle.loads(obj.recv_bytes())
+                except (EOFError, OSError):
+                    raise self._died(i, pending[i]) from None
+                if reply[0] == "error":
+                    raise WorkerError(f"executor.parallel: worker {i} failed while {pending[i]}: {reply[1]}")
+                return i, reply[1]
+        i = by_sentinel[ready[0]]
+        raise self._died(i, pending[i])
+
+    def broadcast(self, msg: tuple, context: str) -> None:
+        for i in range(len(self.procs)):
+            self.send(i, msg, context)
+        pending = {i: context for i in range(len(self.procs))}
+        while pending:
+            i, _ = self.receive(pending)
+            del pending[i]
+
+    def _died(self, i: int, context: str) -> WorkerError:
+        """The error to raise for worker ``i``, which stopped answering while ``context``."""
+        proc = self.procs[i]
+        proc.join(timeout=1.0)
+        code = proc.exitcode
+        how = "is not responding" if code is None else f"exited with code {code}"
+        return WorkerError(f"executor.parallel: worker {i} (pid {proc.pid}) {how} while {context}; "
+                           "the simulation cannot continue (out of memory? lower executor.workers)")
+
+    # ---- what the workers hold ---------------------------------------------------------------
+    def prepare(self, trainer: LocalTrainer, data: FederatedDataset, rows: int, dim: int, dtype: torch.dtype) -> None:
+        """Send the model and the data when they changed since the last round; grow the board to ``rows``."""
+        if self.trainer_ref is None or self.trainer_ref() is not trainer:
+            self.broadcast(("model", trainer.model.module, trainer.cfg, trainer.grad_backend), "receiving the model")
+            self.trainer_ref = weakref.ref(trainer)
+        if self.data_ref is None or self.data_ref() is not data:
+            x, _ = self.shared.array(data.x_train.shape, data.x_train.dtype, data.x_train)
+            y, _ = self.shared.array(data.y_train.shape, data.y_train.dtype, data.y_train)
+            off, _ = self.shared.array(data.train_offsets.shape, np.int64, data.train_offsets)
+            self.broadcast(("data", x, y, off), "mapping the dataset")
+            self.data_ref = weakref.ref(data)
+        if rows > self.capacity or self.board["end"].shape[1] != dim or self.board["end"].dtype != _np_dtype(dtype):
+            cap = max(rows, 2 * max(self.capacity, 0))
+            specs = {}
+            for name, n in (("start", cap + 1), ("offset", cap), ("end", cap), ("grad", cap)):
+                specs[name], self.board[name] = self.shared.array((n, dim), _np_dtype(dtype))
+            self.broadcast(("board", specs), "mapping the parameter board")
+            self.capacity = cap
+
+    def close(self) -> None:
+        for conn in self.conns:
+            try:
+                conn.send_bytes(pickle.dumps(("stop",)))
+            except (BrokenPipeError, ConnectionResetError, OSError):
+                pass
+        for proc in self.procs:
+            proc.join(timeout=STOP_TIMEOUT_S)
+        self._cleanup()
+        for conn in self.conns:
+            conn.close()
+
+
+def _terminate(procs: list, shared: SharedDir) -> None:
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(timeout=STOP_TIMEOUT_S)
+    shared.remove()
+
+
+def _np_dtype(dtype: torch.dtype) -> np.dtype:
+    return torch.empty(0, dtype=dtype).numpy().dtype
+
+
+@EXECUTORS.register("parallel")
+class ParallelExecutor(Executor):
+    """Trains the cohort's clients in worker processes (one torch thread each); bitwise equal to sequential."""
+
+    Config = ParallelConfig
+
+    def __init__(self, cfg: ParallelConfig):
+        super().__init__(cfg)
+        self.workers = cfg.workers or available_cores()
+        self.pool: WorkerPool | None = None
+
+    def run(self, batch: ClientBatch, algorithm: Algorithm, trainer: LocalTrainer,
+            data: FederatedDataset) -> CohortResult:
+        if trainer.device.type != "cpu":
+            raise ConfigError("executor.name", "parallel", f"trains in CPU worker processes, but runtime.device is "
+                                                           f"{trainer.device}; use vectorized or sequential there")
+        clients, k = batch.clients.tolist(), len(batch.clients)
+        g = batch.global_params
+        dim = g.numel()
+        if k == 0:  # nobody to train: no reason to start the pool
+            return CohortResult(torch.empty((0, dim), dtype=g.dtype), np.zeros(0), np.zeros(0, np.int64), [])
+        starts = [algorithm.client_start(c, g) for c in clients]
+        objectives = [algorithm.local_objective(c, s) for c, s in zip(clients, starts)]
+        if self.pool is None:
+            self.pool = WorkerPool(self.workers)
+        pool = self.pool
+        losses, samples = np.zeros(k), np.zeros(k, dtype=np.int64)
+        buffers: list[dict] = [{}] * k
+        updates = torch.empty((k, dim), dtype=g.dtype)
+        arrived: dict[int, bool] = {}  # row → has a gradient sum, for rows trained but not yet updated
+        done = 0
+
+        def collect(replies: list[tuple]) -> None:
+            """Record replies; run ``client_update`` in client order as far as end points are in."""
+            nonlocal done
+            for row, mean_loss, n, has_grad, bufs in replies:
+                losses[row], samples[row], buffers[row] = mean_loss, n, bufs
+                arrived[row] = has_grad
+            while done in arrived:
+                row = done
+                end = torch.from_numpy(np.array(pool.board["end"][row]))  # copies: the board is reused
+                grad = torch.from_numpy(np.array(pool.board["grad"][row])) if arrived.pop(row) else None
+                update = algorithm.client_update(clients[row], starts[row], end, grad_sum=grad)
+                # A report of the wrong shape is kept as NaN so the engine rejects it before aggregation.
+                updates[row] = update.reshape(-1) if update.numel() == dim else float("nan")
+                done += 1
+
+        try:
+            pool.prepare(trainer, data, k, dim, g.dtype)
+            board = pool.board
+            board["start"][pool.capacity] = g.reshape(-1).numpy()
+            tasks = []
+            for row, (c, steps, s, o) in enumerate(zip(clients, batch.steps.tolist(), starts, objectives)):
+                start_row = pool.capacity
+                if s is not g:  # the client starts from its own point (FedAWE)
+                    board["start"][row] = s.reshape(-1).to(g.dtype).numpy()
+                    start_row = row
+                has_offset = o is not None and o.offset is not None
+                if has_offset:
+                    board["offset"][row] = o.offset.reshape(-1).to(g.dtype).numpy()
+                tasks.append((row, c, int(steps), start_row, 1.0 if o is None else o.scale,
+                              0.0 if o is None else o.prox_mu, o is not None and o.freeze, has_offset))
+            self._train(pool, batch, tasks, collect)
+        except BaseException:
+            self.close()  # a failed pool is not reused
+            raise
+        return CohortResult(updates=updates, losses=losses, samples=samples, buffers=buffers)
+
+    def _train(self, pool: WorkerPool, batch: ClientBatch, tasks: list[tuple], collect) -> None:
+        """Hand tasks out to whichever worker is free, in shrinking chunks; pass replies to ``collect``.
+
+        The driver's share of the work (``client_update``) runs while workers train the rest.
+        """
+        workers = len(pool.procs)
+        todo = list(reversed(tasks))
+        pending: dict[int, str] = {}
+
+        def hand_out(i: int) -> None:
+            size = max(1, math.ceil(len(todo) / (workers * SHARE)))
+            chunk = [todo.pop() for _ in range(min(size, len(todo)))]
+            what = f"training round {batch.round}'s clients {[t[1] for t in chunk]}"
+            pool.send(i, ("train", batch.round, batch.seed, batch.lr, batch.buffers, chunk), what)
+            pending[i] = what
+
+        for i in range(workers):
+            if todo:
+                hand_out(i)
+        while pending:
+            i, replies = pool.receive(pending)
+            del pending[i]
+            if todo:
+                hand_out(i)
+            collect(replies)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            pool, self.pool = self.pool, None
+            pool.close()
