@@ -26,6 +26,7 @@ from . import checkpoint, faults
 from .config.loader import ResolvedExperiment
 from .data.federated import FederatedDataset
 from .engine import RunResult, Simulation
+from .loggers.base import close_loggers, open_loggers
 from .metrics import cumulate, summarize
 from .observers import Observer, RoundRecord
 from .rundir import atomic_write_text
@@ -202,14 +203,20 @@ def run_unit(exp: ResolvedExperiment, data: FederatedDataset, seed: int, unit_di
         rows = [json.loads(line) for line in rows_text.splitlines()]
     sink.begin({"variant": exp.variant, "seed": seed, "rounds": cfg.rounds}, rows)
     ckpt = _Checkpointer(sim, unit_dir, rows, stop, wall0, wall_before)
+    loggers: list = []
     try:
         if stop.requested:  # asked to stop before this unit did anything new
             ckpt.save()
             return UnitOutcome(False, None, sim.next_round, cfg.rounds)
-        sim.advance(observers=[_Rows(rows, sink), ckpt, *observers])
+        loggers = open_loggers(exp, seed, unit_dir, rows)  # built here: this process runs the unit
+        sim.advance(observers=[_Rows(rows, sink), ckpt, *loggers, *observers])
         if stop.requested:
+            close_loggers(loggers, None)
             return UnitOutcome(False, None, sim.next_round, cfg.rounds)
         result = sim.result(rows, wall_s=wall_before + time.perf_counter() - wall0)
+    except BaseException:
+        close_loggers(loggers, None)
+        raise
     finally:
         sim.close()
     result = RunResult(result.variant, result.seed, [dict(r) for r in rows], result.clients, result.summary,
@@ -220,6 +227,7 @@ def run_unit(exp: ResolvedExperiment, data: FederatedDataset, seed: int, unit_di
         if value is not None:
             result.summary["centralized_accuracy"] = value
     summary = summarize(result.variant, result.seed, result.rounds, result.summary, cfg.eval.target_accuracy)
+    close_loggers(loggers, summary)
     sink.finish({k: np.asarray(v).tolist() for k, v in result.clients.items()}, summary)
     return UnitOutcome(True, summary, cfg.rounds, cfg.rounds, result)
 
