@@ -176,6 +176,13 @@ def _raw_of_resolved(variants: list[ResolvedExperiment]) -> dict[str, Any]:
     """An experiment dict that expands to exactly these variants (each variant sets every block it resolved)."""
     from .composition import expand
 
+    shared = ("name", "seeds", "plugins", "no_train")
+    first = variants[0].config
+    names = [v.variant for v in variants]
+    if len(set(names)) != len(names) or any(getattr(v.config, k) != getattr(first, k) for v in variants for k in shared):
+        raise ConfigError("experiment", f"<{len(variants)} resolved variants>",
+                          "must come from one experiment (distinct variant names; the same name, seeds, plugins and "
+                          "no_train); expand one experiment dict with turnout.composition.expand")
     base = variants[0].as_dict()
     base.pop("grid", None)
     if len(variants) == 1 and variants[0].variant == "base":
