@@ -136,7 +136,11 @@ def loggers_installed(exp: ResolvedExperiment, prefix: str) -> None:
     """A logger whose package is missing is refused before any work, with the extra that installs it."""
     for i, comp in enumerate(exp.loggers):
         for module, extra in getattr(comp.cls, "requires", ()):
-            if importlib.util.find_spec(module) is None:
+            try:
+                missing = importlib.util.find_spec(module) is None
+            except (ImportError, ValueError):  # a broken or blocked install counts as missing
+                missing = True
+            if missing:
                 raise ConfigError(f"{prefix}loggers[{i}].name", comp.name,
                                   f"needs {module}, which is not installed: pip install 'turnout[{extra}]'")
 
