@@ -179,7 +179,8 @@ def _raw_of_resolved(variants: list[ResolvedExperiment]) -> dict[str, Any]:
     shared = ("name", "seeds", "plugins", "no_train")
     first = variants[0].config
     names = [v.variant for v in variants]
-    if len(set(names)) != len(names) or any(getattr(v.config, k) != getattr(first, k) for v in variants for k in shared):
+    differ = any(getattr(v.config, k) != getattr(first, k) for v in variants for k in shared)
+    if len(set(names)) != len(names) or differ:
         raise ConfigError("experiment", f"<{len(variants)} resolved variants>",
                           "must come from one experiment (distinct variant names; the same name, seeds, plugins and "
                           "no_train); expand one experiment dict with turnout.composition.expand")
