@@ -32,6 +32,8 @@ from .observers import Observer, RoundRecord
 from .rundir import atomic_write_text
 
 ROWS, CLIENTS, SUMMARY, IDENTITY = "rounds.jsonl", "clients.jsonl", "summary.json", "unit.json"
+#: clients encoded at a time when clients.jsonl is written
+CHUNK = 65536
 
 
 class StopFlag:
@@ -97,12 +99,37 @@ def read_summary(unit_dir: Path) -> dict:
 
 
 def read_clients(unit_dir: Path) -> dict[str, list]:
+    """``clients.jsonl`` as columns (every line holds the same keys in the same order: :func:`client_lines`)."""
     cols: dict[str, list] = {}
+    decode = json.JSONDecoder().decode
     with open(Path(unit_dir) / CLIENTS) as f:
         for line in f:
-            for k, v in json.loads(line).items():
-                cols.setdefault(k, []).append(v)
+            row = decode(line)
+            if len(row) != len(cols):  # the first line (a writer's lines all share its keys and their order)
+                for k, v in row.items():
+                    cols.setdefault(k, []).append(v)
+                continue
+            for column, v in zip(cols.values(), row.values()):
+                column.append(v)
     return cols
+
+
+def client_lines(clients: dict[str, list]) -> str:
+    """``clients.jsonl``'s text: one JSON object per client, as ``json.dumps`` writes each.
+
+    A column of plain numbers (what the engine's arrays become) is encoded with one ``json.dumps``
+    of the whole list — the same text per value, ``NaN`` included — instead of one call per cell.
+    """
+    line = "{" + ", ".join(json.dumps(k).replace("%", "%%") + ": %s" for k in clients) + "}\n"
+    columns = list(clients.values())
+    n = len(columns[0]) if columns else 0
+    plain = [all(type(v) in (int, float, bool) for v in column) for column in columns]
+    out = []
+    for a in range(0, n, CHUNK):  # a chunk at a time: a million clients' cells never exist at once
+        cells = [json.dumps(column[a:a + CHUNK])[1:-1].split(", ") if numbers
+                 else [json.dumps(v) for v in column[a:a + CHUNK]] for column, numbers in zip(columns, plain)]
+        out.append("".join([line % row for row in zip(*cells)]))
+    return "".join(out)
 
 
 class FileSink:
@@ -132,9 +159,7 @@ class FileSink:
 
     def finish(self, clients: dict[str, list], summary: dict) -> None:
         self.close()
-        n = len(next(iter(clients.values())))
-        atomic_write_text(self.unit_dir / CLIENTS, "".join(
-            json.dumps({k: clients[k][i] for k in clients}) + "\n" for i in range(n)))
+        atomic_write_text(self.unit_dir / CLIENTS, client_lines(clients))
         faults.point("unit-done")
         atomic_write_text(self.unit_dir / SUMMARY, json.dumps(jsonable(summary), indent=1) + "\n")
         checkpoint.remove(self.unit_dir)
