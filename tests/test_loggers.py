@@ -220,3 +220,16 @@ def test_a_resumed_unit_continues_its_mlflow_run(tmp_path, monkeypatch):
     steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "bytes_down")]
     assert sorted(set(steps)) == [0, 1, 2, 3, 4, 5]  # round 4 (after the checkpoint, before the crash) twice
     assert steps.count(4) == 2 and steps.count(3) == 1
+
+
+def test_check_shows_each_variants_loggers_and_list_their_options(tmp_path, capsys):
+    from turnout.cli import main
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({**EXP, "loggers": [{"name": "tensorboard", "log_dir": "tb"}]}))
+    assert main(["check", str(path)]) == 0
+    assert "  logger        tensorboard          log_dir=tb" in capsys.readouterr().out
+    assert main(["list", "loggers.mlflow"]) == 0
+    text = capsys.readouterr().out
+    assert "  mlflow                 MLflow tracking: every round's metrics" in text
+    assert "      tracking_uri = None: MLflow tracking URI" in text and "wandb" not in text

@@ -5,7 +5,9 @@ components, the registry, and what a component's constructor receives. :data:`CA
 the registries and the combination rules (:data:`RULES`) to the generic validator in
 :mod:`turnout.config.loader`, which imports no component package itself. :func:`compose` builds
 one simulation's components from a resolved experiment, letting a caller inject any of them
-(a test's hand-written selector, a notebook's own algorithm).
+(a test's hand-written selector, a notebook's own algorithm). The catalogue also names the
+top-level lists of components (``loggers``) and imports an experiment's plugins
+(:mod:`turnout.plugins`) before its blocks are validated.
 """
 
 from __future__ import annotations
