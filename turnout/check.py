@@ -11,6 +11,7 @@ the data or more clients per round than the dataset has clients are caught too. 
 
 from __future__ import annotations
 
+from . import plugins
 from .composition import BLOCKS
 from .config.loader import ResolvedExperiment
 from .config.options import as_yaml, changed_options
@@ -58,6 +59,10 @@ def describe_variant(exp: ResolvedExperiment) -> list[str]:
         changed = changed_options(block)
         if changed:
             lines.append(f"  {key:<13} {'':<20} {_options(changed)}")
+    for comp in exp.loggers:
+        lines.append(f"  {'logger':<13} {comp.name:<20} {_options(changed_options(comp.cfg))}".rstrip())
+    if cfg.no_train:
+        lines.append(f"  {'no_train':<13} {'true':<20} system-only: no model is trained or evaluated")
     return lines
 
 
@@ -67,6 +72,8 @@ def summary_lines(source: str, variants: list[ResolvedExperiment], build_data: b
     head = (f"{source}: valid ({len(variants)} variant{'s' * (len(variants) != 1)} × {len(seeds)} "
             f"seed{'s' * (len(seeds) != 1)}; nothing was run). Checked: {WITH_DATA if build_data else STATIC}.")
     lines = [head, "Options are shown where they differ from the component's default."]
+    for p in plugins.load(variants[0].config.plugins):
+        lines.append(f"plugin {p.spec} (sha256 {p.sha256[:12]}…): registers {', '.join(p.registers) or 'nothing new'}")
     for exp in variants:
         lines += describe_variant(exp)
     return lines

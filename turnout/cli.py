@@ -53,9 +53,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="run only this variant (repeatable)")
     run.add_argument("--seed", action="append", default=[], type=int, metavar="S",
                      help="run only this seed of the experiment's seeds (repeatable)")
+    _add_plugin_arg(run)
+    _add_no_train_arg(run)
     res = sub.add_parser("resume", help="continue interrupted runs from their last checkpoints")
     res.add_argument("resume", type=Path, nargs="+", metavar="DIR", help="run folder(s) (DIR or DIR.partial)")
-    res.set_defaults(config=None, overrides=[], out=None, variant=[], seed=[])
+    res.set_defaults(config=None, overrides=[], out=None, variant=[], seed=[], plugins=[], no_train=False)
     for p_ in (run, res):
         p_.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="units run at once: N > 1 uses N local worker processes (default 1: this process)")
@@ -73,10 +75,13 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("--data", action="store_true",
                      help="also build the datasets and every simulation (slower; catches a model that does not "
                           "fit the data, more clients per round than clients)")
+    _add_plugin_arg(chk)
+    _add_no_train_arg(chk)
     ls = sub.add_parser("list", help="list every registered component per seam (with a seam: their options)")
     ls.add_argument("seam", nargs="?", default=None,
                     help="show the options of a seam's components, one component's or a block's (e.g. compressor, "
-                         "selector.sticky, data.partition.dirichlet, train, eval)")
+                         "selector.sticky, data.partition.dirichlet, train, eval, loggers)")
+    _add_plugin_arg(ls)
     rep = sub.add_parser("report", help="a markdown results page (tables + curves) from finished run folders")
     rep.add_argument("folders", nargs="+", type=Path, help="run folders; each becomes a column, named by its folder")
     rep.add_argument("--out", type=Path, required=True, help="markdown file to write (plot goes in OUT_STEM/)")
@@ -100,6 +105,34 @@ def _parser() -> argparse.ArgumentParser:
     _add_trace_parser(sub)
     _add_plot_parser(sub)
     return p
+
+
+def _add_plugin_arg(p) -> None:
+    p.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE_OR_FILE",
+                   help="import a module or .py file first, so what it registers can be named (repeatable; added "
+                        "to the experiment's plugins:)")
+
+
+def _add_no_train_arg(p) -> None:
+    p.add_argument("--no-train", action="store_true",
+                   help="system-only what-if: simulate availability, selection, round modes, bytes and time "
+                        "without training (sets no_train: true)")
+
+
+def _with_cli_options(raw: dict, args: argparse.Namespace, overrides: dict) -> tuple[dict, dict]:
+    """The experiment with ``--plugin`` files/modules appended to its ``plugins:`` and ``--no-train`` as an
+    override (both are then stored with the run, so workers and ``turnout resume`` see them)."""
+    from . import plugins
+
+    if args.plugins:
+        given = plugins.anchor(list(args.plugins), Path.cwd())
+        plugins.load(given, "--plugin", indexed=False)  # a bad one is named as the flag, before the file's
+        listed = raw.get("plugins") or []
+        raw = {**raw, "plugins": [*(listed if isinstance(listed, list) else [listed]),
+                                  *(p for p in given if p not in listed)]}
+    if args.no_train:
+        overrides = {**overrides, "no_train": True}
+    return raw, overrides
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -254,11 +287,13 @@ def _find_listing(what: str) -> tuple[str, str]:
     raise ConfigError("list SEAM", what, f"choose one of: {', '.join([*regs, *BLOCKS])} (or SEAM.NAME)")
 
 
-def cmd_list(seam: str | None = None) -> int:
+def cmd_list(seam: str | None = None, plugin_specs: list[str] = ()) -> int:
+    from . import plugins
     from .composition import BLOCKS, listed_registries
     from .config.options import option_lines
     from .registry import describe
 
+    plugins.load(plugins.anchor(list(plugin_specs), Path.cwd()), "--plugin", indexed=False)
     key, only = _find_listing(seam) if seam is not None else ("", "")
     regs = {k: r for k, r in listed_registries().items() if seam is None or k == key}
     for name_of_seam, reg in regs.items():
@@ -266,7 +301,8 @@ def cmd_list(seam: str | None = None) -> int:
         for name, cls in reg:
             if only and name != only:
                 continue
-            print(f"  {name:<22} {describe(cls)}")
+            source = plugins.origin(cls)
+            print(f"  {name:<22} {describe(cls)}" + (f"  [plugin {source}]" if source else ""))
             if seam is not None:
                 for line in option_lines(cls.Config):
                     print(f"      {line}")
@@ -282,9 +318,12 @@ def cmd_list(seam: str | None = None) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from .check import check, summary_lines
-    from .composition import load_experiment
+    from .composition import expand
+    from .config.loader import parse_override, read_yaml
 
-    variants = load_experiment(args.config, args.overrides)
+    raw, overrides = _with_cli_options(read_yaml(args.config), args,
+                                       dict(parse_override(o) for o in args.overrides))
+    variants = expand(raw, overrides)
     check(variants, build_data=args.data)
     print("\n".join(summary_lines(args.config, variants, args.data)))
     return 0
@@ -319,6 +358,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"{summary['name']}:")
         for line in outcome_lines(summary):
             print(line)
+        if summary.get("system_only"):
+            print(f"note: {summary['system_only']}")
         print(f"run folder: {folder}")
     return 0
 
@@ -337,7 +378,8 @@ def _run_specs(args: argparse.Namespace, expand) -> list[tuple]:
     overrides = dict(parse_override(o) for o in args.overrides)
     specs, names = [], {}
     for path in args.config:
-        experiment = {"raw": read_yaml(path), "overrides": dict(overrides), "only": list(args.variant) or None}
+        raw, with_flags = _with_cli_options(read_yaml(path), args, overrides)
+        experiment = {"raw": raw, "overrides": dict(with_flags), "only": list(args.variant) or None}
         variants = expand_experiment(experiment, expand)
         if args.seed:
             seeds = variants[0].config.seeds
@@ -373,7 +415,9 @@ def outcome_lines(summary: dict) -> list[str]:
         acc = np.array([r.get("final_accuracy") for r in runs], dtype=float)  # None (from JSON) → NaN
         acc = acc[~np.isnan(acc)]
         seeds = f"{n} seed{'s' if n != 1 else ''}"
-        if len(acc):
+        if any(r.get("system_only") for r in runs):
+            text = f"system-only, no training ({seeds})"
+        elif len(acc):
             spread = f" ± {acc.std():.4f}" if len(acc) > 1 else ""
             over = f"mean over {seeds}" if len(acc) == n else f"mean over {len(acc)} of {seeds}"
             text = f"final accuracy {acc.mean():.4f}{spread} ({over})"
@@ -382,8 +426,8 @@ def outcome_lines(summary: dict) -> list[str]:
         diverged = [r["diverged_at_round"] for r in runs if r.get("diverged_at_round") is not None]
         if diverged:
             text += f"; diverged in {len(diverged)} of {seeds} (at round {', '.join(map(str, diverged))})"
-        ceiling = row.get("centralized_accuracy")
-        extra = "" if ceiling is None or ceiling != ceiling else f"  centralized {ceiling:.4f}"
+        central = row.get("centralized_accuracy")
+        extra = "" if central is None or central != central else f"  centralized {central:.4f}"  # NaN: not computed
         out.append(f"{row['variant']:<24} {text}  bytes down {row['bytes_down']:.3g}  bytes up {row['bytes_up']:.3g}"
                    f"  sim time {row['sim_time_s']:.1f}s{extra}")
     return out
@@ -459,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "list":
-            return cmd_list(args.seam)
+            return cmd_list(args.seam, args.plugins)
         if args.command == "report":
             return cmd_report(args)
         if args.command == "trace":

@@ -5,13 +5,16 @@ components, the registry, and what a component's constructor receives. :data:`CA
 the registries and the combination rules (:data:`RULES`) to the generic validator in
 :mod:`turnout.config.loader`, which imports no component package itself. :func:`compose` builds
 one simulation's components from a resolved experiment, letting a caller inject any of them
-(a test's hand-written selector, a notebook's own algorithm).
+(a test's hand-written selector, a notebook's own algorithm). The catalogue also names the
+top-level lists of components (``loggers``) and imports an experiment's plugins
+(:mod:`turnout.plugins`) before its blocks are validated.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import inspect
 from dataclasses import dataclass
 from functools import cache
@@ -64,11 +67,19 @@ def registries() -> dict[str, Registry]:
 
 
 @cache
+def component_lists() -> dict[str, Registry]:
+    """Top-level keys that hold a list of components, not one: ``loggers: [tensorboard, mlflow]``."""
+    from .loggers import LOGGERS
+
+    return {"loggers": LOGGERS}
+
+
+@cache
 def listed_registries() -> dict[str, Registry]:
-    """What ``turnout list`` names: every seam, plus the partitioners that pooled datasets take."""
+    """What ``turnout list`` names: every seam, the partitioners that pooled datasets take, the loggers."""
     from .data.registry import PARTITIONERS
 
-    return {**registries(), "data.partition": PARTITIONERS}
+    return {**registries(), "data.partition": PARTITIONERS, **component_lists()}
 
 
 #: The blocks of an experiment that are not components (no ``name`` to choose): their key → options model.
@@ -79,9 +90,9 @@ BLOCKS: dict[str, type[BaseModel]] = {
 
 
 # ---- combination rules -----------------------------------------------------------------------
-def compressor_accepts_upload(components: Mapping[str, Component], train: TrainConfig, prefix: str) -> None:
+def compressor_accepts_upload(exp: ResolvedExperiment, prefix: str) -> None:
     """A compressor must be able to encode what the algorithm uploads (a NACK, a gradient difference)."""
-    algo, comp = components["algorithm"], components["compressor"]
+    algo, comp = exp["algorithm"], exp["compressor"]
     kind = algo.cls.upload_kind(algo.cfg)
     if comp.cls.accepts is not None and kind not in comp.cls.accepts:
         ok = [name for name, cls in registries()["compressor"] if cls.accepts is None or kind in cls.accepts]
@@ -89,9 +100,9 @@ def compressor_accepts_upload(components: Mapping[str, Component], train: TrainC
                           f"cannot encode {algo.name}'s uploads ({kind}); use one of: {', '.join(ok)}")
 
 
-def plain_sgd_for_inverting_rules(components: Mapping[str, Component], train: TrainConfig, prefix: str) -> None:
+def plain_sgd_for_inverting_rules(exp: ResolvedExperiment, prefix: str) -> None:
     """Rules that recover gradients from the SGD end point (SCAFFOLD option II, FedSUM) need plain SGD."""
-    algo = components["algorithm"]
+    algo, train = exp["algorithm"], exp.train
     if algo.cls.requires_plain_sgd:
         for key, value, plain in (("momentum", train.momentum, 0.0), ("weight_decay", train.weight_decay, 0.0),
                                   ("grad_clip", train.grad_clip, None)):
@@ -100,11 +111,11 @@ def plain_sgd_for_inverting_rules(components: Mapping[str, Component], train: Tr
                                   f"{algo.name} recovers gradients from plain local SGD: set {key} to {plain}")
 
 
-def executor_trains_model_exactly(components: Mapping[str, Component], train: TrainConfig, prefix: str) -> None:
+def executor_trains_model_exactly(exp: ResolvedExperiment, prefix: str) -> None:
     """An executor must train the model exactly as the sequential reference does (its declared capabilities)."""
     from .models.registry import model_traits
 
-    ex, model = components["executor"], components["model"]
+    ex, model = exp["executor"], exp["model"]
     traits = model_traits(model.cls, model.cfg)
     if traits.running_stats and not ex.cls.trains_running_stats:
         ok = [name for name, cls in registries()["executor"] if cls.trains_running_stats]
@@ -117,20 +128,65 @@ def executor_trains_model_exactly(components: Mapping[str, Component], train: Tr
                                                             f"torch.func.vmap, but {fix}")
 
 
-#: Combinations refused at validation because they would run but silently break an algorithm.
-RULES: tuple[Callable[[Mapping[str, Component], TrainConfig, str], None], ...] = (
-    compressor_accepts_upload, plain_sgd_for_inverting_rules, executor_trains_model_exactly)
+#: Seams whose components may declare ``needs_training`` (why they cannot run without a trained model).
+TRAINING_SEAMS = ("selector", "compressor", "algorithm")
+
+
+def system_only_components(exp: ResolvedExperiment, prefix: str) -> None:
+    """Without training, components that decide from losses or update values are refused, and a dataset
+    of sample counts only (no features) is refused with training."""
+    data = exp["data"]
+    if not exp.config.no_train:
+        if getattr(data.cls, "counts_only", False):
+            raise ConfigError(f"{prefix}data.name", data.name, "holds per-client sample counts only (no features or "
+                                                               "labels), so it runs only without training: add "
+                                                               "--no-train (no_train: true)")
+        return
+    for seam in TRAINING_SEAMS:
+        comp = exp[seam]
+        why = getattr(comp.cls, "needs_training", "")
+        if why:
+            ok = [name for name, cls in registries()[seam] if not getattr(cls, "needs_training", "")]
+            raise ConfigError(f"{prefix}{seam}.name", comp.name, f"{why}, so it needs a trained model; without "
+                                                                 f"training (--no-train) use one of: {', '.join(ok)}")
+
+
+def loggers_installed(exp: ResolvedExperiment, prefix: str) -> None:
+    """A logger whose package is missing is refused before any work, with the extra that installs it."""
+    for i, comp in enumerate(exp.loggers):
+        for module, extra in getattr(comp.cls, "requires", ()):
+            try:
+                missing = importlib.util.find_spec(module) is None
+            except (ImportError, ValueError):  # a broken or blocked install counts as missing
+                missing = True
+            if missing:
+                raise ConfigError(f"{prefix}loggers[{i}].name", comp.name,
+                                  f"needs {module}, which is not installed: pip install 'turnout[{extra}]'")
+
+
+#: Combinations refused at validation because they would run but silently break an algorithm (or cannot run).
+RULES: tuple[Callable[[ResolvedExperiment, str], None], ...] = (
+    compressor_accepts_upload, plain_sgd_for_inverting_rules, executor_trains_model_exactly, system_only_components,
+    loggers_installed)
 
 
 class _Catalogue:
-    """What :mod:`turnout.config.loader` needs to validate an experiment: registries and rules."""
+    """What :mod:`turnout.config.loader` needs to validate an experiment: registries, rules, plugins."""
 
     def registries(self) -> Mapping[str, Registry]:
         return registries()
 
-    def check(self, components: Mapping[str, Component], train: TrainConfig, prefix: str) -> None:
+    def lists(self) -> Mapping[str, Registry]:
+        return component_lists()
+
+    def load_plugins(self, specs: Any) -> None:
+        from . import plugins
+
+        plugins.load(specs)
+
+    def check(self, exp: ResolvedExperiment, prefix: str) -> None:
         for rule in RULES:
-            rule(components, train, prefix)
+            rule(exp, prefix)
 
 
 CATALOGUE = _Catalogue()

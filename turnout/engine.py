@@ -94,6 +94,14 @@ class Simulation(Stateful):
     state_attrs = ("next_round", "sim_time", "diverged_at", "global_model", "population", "ledger", "late",
                    "participation", "store", "availability", "selector", "round_mode", "algorithm", "compressor")
 
+    def __new__(cls, exp: ResolvedExperiment, *args, **kwargs):
+        """A ``no_train`` experiment gets the system-only simulation (:mod:`turnout.system_only`)."""
+        if cls is Simulation and exp.config.no_train:
+            from .system_only import SystemOnlySimulation
+
+            cls = SystemOnlySimulation
+        return super().__new__(cls)
+
     def __init__(self, exp: ResolvedExperiment, data: FederatedDataset, seed: int, scratch_dir=None,
                  components: Mapping[str, Injected] | None = None):
         self.exp, self.data, self.seed = exp, data, seed
@@ -216,8 +224,11 @@ class Simulation(Stateful):
         aggregated = self._aggregate(opened, trained, closed)
         accounted = self._account(opened, trained, closed, aggregated)
         return metrics.round_row(opened, trained, closed, aggregated, accounted.delivered_up, accounted.wasted,
-                                 accounted.stale_wasted, accounted.tau, self.sim_time,
-                                 {**self.selector.round_metrics(), **self.algorithm.round_metrics()})
+                                 accounted.stale_wasted, accounted.tau, self.sim_time, self._component_metrics())
+
+    def _component_metrics(self) -> dict[str, object]:
+        """The selector's and the algorithm's own columns of this round's row."""
+        return {**self.selector.round_metrics(), **self.algorithm.round_metrics()}
 
     # ---- phases ------------------------------------------------------------------------------------
     def _open(self, r: int) -> Opened:
@@ -327,14 +338,19 @@ class Simulation(Stateful):
         self.population.wasted_s[left.clients] += left.busy_s
         self.unused_late_s = float(left.busy_s.sum())
 
-    def _client_columns(self) -> dict[str, np.ndarray]:
-        pop, d = self.population, self.data
-        cols = {
+    def _population_columns(self) -> dict[str, np.ndarray]:
+        """``clients.csv``'s columns that count what each client did (no evaluation)."""
+        pop = self.population
+        return {
             "client": np.arange(pop.size), "n_train": pop.n_train, "times_selected": pop.times_selected,
             "times_aggregated": pop.times_aggregated, "bytes_up": pop.bytes_up, "bytes_down": pop.bytes_down,
             "resource_s": pop.resource_s, "wasted_s": pop.wasted_s, "last_round": pop.last_round,
             **self.participation.client_columns(),
         }
+
+    def _client_columns(self) -> dict[str, np.ndarray]:
+        d = self.data
+        cols = self._population_columns()
         if self.exp.config.eval.per_client:
             acc, loss = evaluate_many(self.model, self.algorithm.eval_params(self.params), self.buffers, d.x_test,
                                       d.y_test, d.test_offsets, self.exp.config.eval.batch_size)

@@ -152,8 +152,12 @@ class RunInterrupted(TurnoutError):
 
 
 def resolved_config(plan: Plan) -> dict:
-    """What ``config.yaml`` holds: every variant's resolved config, the seeds and the versions."""
+    """What ``config.yaml`` holds: every variant's resolved config, the seeds, the versions and the plugins
+    (module, file, sha256 of each)."""
+    from . import plugins
+
     return {"turnout": versions(), "name": plan.name, "seeds": plan.seeds,
+            "plugins": plugins.records(plan.variants[0].config.plugins),
             "variants": {v.variant: v.as_dict() for v in plan.variants}}
 
 
@@ -165,7 +169,7 @@ def start_folder(folder: RunFolder, plan: Plan, experiment: dict) -> None:
 
 def _centralized(unit: Unit, data: FederatedDataset, cache: dict) -> float | None:
     exp = unit.exp
-    if not exp.config.eval.centralized_baseline:
+    if not exp.config.eval.centralized_baseline or exp.config.no_train:
         return None
     key = (_data_key(exp), json.dumps(exp["model"].as_dict(), sort_keys=True), exp.train.model_dump_json(),
            exp.config.eval.centralized_epochs, unit.seed)
@@ -196,25 +200,40 @@ def read_units(plan: Plan, folder: RunFolder) -> list[_UnitTables]:
     return out
 
 
+def tables(units: list[_UnitTables]) -> dict[str, dict[str, list]]:
+    """``rounds``, ``clients`` and ``comparison`` as columns, from units read back from disk.
+
+    The run folder's tables and :func:`turnout.load`'s DataFrames are both made here, so they
+    have the same columns in the same order.
+    """
+    rounds = [{"variant": u.variant, "seed": u.seed, **row} for u in units for row in u.rounds]
+    clients: dict[str, list] = {}
+    for u in units:
+        if not u.clients:
+            continue
+        n = len(next(iter(u.clients.values())))
+        for k, v in {"variant": [u.variant] * n, "seed": [u.seed] * n, **u.clients}.items():
+            clients.setdefault(k, []).extend(v)
+    comparison = rows_to_columns(comparison_rows([u.summary for u in units if u.summary]))
+    return {"rounds": rows_to_columns(rounds), "clients": clients, "comparison": comparison}
+
+
 def finalize(plan: Plan, folder: RunFolder) -> dict:
     """Build the experiment's tables, summary and plots from the finished units, then complete the folder."""
     units = read_units(plan, folder)
     work = folder.path
     recorder = plan.variants[0]["recorder"].build()
-    rounds = [{"variant": u.variant, "seed": u.seed, **row} for u in units for row in u.rounds]
-    recorder.write_table(work, "rounds", rows_to_columns(rounds))
-    clients: dict[str, list] = {}
-    for u in units:
-        n = len(next(iter(u.clients.values())))
-        for k, v in {"variant": [u.variant] * n, "seed": [u.seed] * n, **u.clients}.items():
-            clients.setdefault(k, []).extend(v)
-    recorder.write_table(work, "clients", clients)
+    for name, columns in tables(units).items():
+        recorder.write_table(work, name, columns)
     summaries = [u.summary for u in units]
-    recorder.write_table(work, "comparison", rows_to_columns(comparison_rows(summaries)))
     summary = {"name": plan.name, "versions": versions(), "runs": summaries,
                "variants": [r for r in comparison_rows(summaries) if r["seed"] == "mean"]}
+    if plan.variants[0].config.no_train:
+        from .system_only import PROXY_NOTE
+
+        summary["system_only"] = PROXY_NOTE
     atomic_write_text(work / "summary.json", json.dumps(jsonable(summary), indent=2) + "\n")
-    if plan.variants[0].config.output.plots:
+    if plan.variants[0].config.output.plots and not plan.variants[0].config.no_train:
         plot_accuracy(units, work, plan.name)
     for u in units_of(plan):
         shutil.rmtree(folder.unit_dir(u.index, u.variant, u.seed) / "scratch", ignore_errors=True)
@@ -258,12 +277,14 @@ def open_resume(given: Path, expected_variants: list[ResolvedExperiment] | None,
     folder = RunFolder.reopen(given)
     try:
         stored = folder.read_json("experiment.json")
-        saved = yaml.safe_load((folder.path / "config.yaml").read_text())["variants"]
+        config = yaml.safe_load((folder.path / "config.yaml").read_text())
+        saved = config["variants"]
     except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
         folder.release()
         raise ConfigError("resume", str(given), f"its experiment.json/config.yaml cannot be read ({exc})") from None
     try:
         variants = expand_experiment(stored, expand) if expected_variants is None else expected_variants
+        _same_plugins(config.get("plugins") or [], variants[0].config.plugins)
         now = {v.variant: v.as_dict() for v in variants}
         diff = first_difference(saved, now)
         if diff is not None:
@@ -275,6 +296,17 @@ def open_resume(given: Path, expected_variants: list[ResolvedExperiment] | None,
         folder.release()
         raise
     return folder, variants
+
+
+def _same_plugins(recorded: list[dict], specs: list[str]) -> None:
+    """A resumed run must load the plugin files it started with (their sha256 are in ``config.yaml``)."""
+    from . import plugins
+
+    for i, (was, now) in enumerate(zip(recorded, plugins.records(specs))):
+        if was.get("sha256") != now["sha256"]:
+            before, after = str(was.get("sha256"))[:12], now["sha256"][:12]
+            raise ConfigError(f"plugins[{i}]", now["spec"], f"changed since the run started (sha256 {before}…, now "
+                                                            f"{after}…); restore that version to resume")
 
 
 def _lookup(tree, dotted: str):

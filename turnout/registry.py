@@ -15,6 +15,14 @@ from .errors import ConfigError
 T = TypeVar("T")
 
 
+class DuplicateName(ValueError):
+    """A second component registered under a name its seam already has (a plugin clashing with a built-in)."""
+
+    def __init__(self, seam: str, name: str):
+        self.seam, self.name = seam, name
+        super().__init__(f"{seam} {name!r} registered twice")
+
+
 class Registry(Generic[T]):
     """A named collection of components for one seam (e.g. ``selector``)."""
 
@@ -26,7 +34,7 @@ class Registry(Generic[T]):
     def register(self, name: str) -> Callable[[T], T]:
         def deco(obj: T) -> T:
             if name in self._items:
-                raise ValueError(f"{self.seam} {name!r} registered twice")
+                raise DuplicateName(self.seam, name)
             self._items[name] = obj
             obj.registry_name = name  # type: ignore[attr-defined]
             return obj
@@ -39,6 +47,10 @@ class Registry(Generic[T]):
         except KeyError:
             raise ConfigError(key or f"{self.seam}.name", name,
                               f"unknown {self.seam}; choose one of: {', '.join(self.names())}") from None
+
+    def remove(self, name: str) -> None:
+        """Forget a component (a plugin that failed to load takes back what it registered)."""
+        self._items.pop(name, None)
 
     def names(self) -> list[str]:
         return sorted(self._items)

@@ -26,11 +26,14 @@ from . import checkpoint, faults
 from .config.loader import ResolvedExperiment
 from .data.federated import FederatedDataset
 from .engine import RunResult, Simulation
+from .loggers.base import close_loggers, open_loggers
 from .metrics import cumulate, summarize
 from .observers import Observer, RoundRecord
 from .rundir import atomic_write_text
 
 ROWS, CLIENTS, SUMMARY, IDENTITY = "rounds.jsonl", "clients.jsonl", "summary.json", "unit.json"
+#: clients encoded at a time when clients.jsonl is written
+CHUNK = 65536
 
 
 class StopFlag:
@@ -96,12 +99,37 @@ def read_summary(unit_dir: Path) -> dict:
 
 
 def read_clients(unit_dir: Path) -> dict[str, list]:
+    """``clients.jsonl`` as columns (every line holds the same keys in the same order: :func:`client_lines`)."""
     cols: dict[str, list] = {}
+    decode = json.JSONDecoder().decode
     with open(Path(unit_dir) / CLIENTS) as f:
         for line in f:
-            for k, v in json.loads(line).items():
-                cols.setdefault(k, []).append(v)
+            row = decode(line)
+            if len(row) != len(cols):  # the first line (a writer's lines all share its keys and their order)
+                for k, v in row.items():
+                    cols.setdefault(k, []).append(v)
+                continue
+            for column, v in zip(cols.values(), row.values()):
+                column.append(v)
     return cols
+
+
+def client_lines(clients: dict[str, list]) -> str:
+    """``clients.jsonl``'s text: one JSON object per client, as ``json.dumps`` writes each.
+
+    A column of plain numbers (what the engine's arrays become) is encoded with one ``json.dumps``
+    of the whole list — the same text per value, ``NaN`` included — instead of one call per cell.
+    """
+    line = "{" + ", ".join(json.dumps(k).replace("%", "%%") + ": %s" for k in clients) + "}\n"
+    columns = list(clients.values())
+    n = len(columns[0]) if columns else 0
+    plain = [all(type(v) in (int, float, bool) for v in column) for column in columns]
+    out = []
+    for a in range(0, n, CHUNK):  # a chunk at a time: a million clients' cells never exist at once
+        cells = [json.dumps(column[a:a + CHUNK])[1:-1].split(", ") if numbers
+                 else [json.dumps(v) for v in column[a:a + CHUNK]] for column, numbers in zip(columns, plain)]
+        out.append("".join([line % row for row in zip(*cells)]))
+    return "".join(out)
 
 
 class FileSink:
@@ -131,9 +159,7 @@ class FileSink:
 
     def finish(self, clients: dict[str, list], summary: dict) -> None:
         self.close()
-        n = len(next(iter(clients.values())))
-        atomic_write_text(self.unit_dir / CLIENTS, "".join(
-            json.dumps({k: clients[k][i] for k in clients}) + "\n" for i in range(n)))
+        atomic_write_text(self.unit_dir / CLIENTS, client_lines(clients))
         faults.point("unit-done")
         atomic_write_text(self.unit_dir / SUMMARY, json.dumps(jsonable(summary), indent=1) + "\n")
         checkpoint.remove(self.unit_dir)
@@ -202,14 +228,20 @@ def run_unit(exp: ResolvedExperiment, data: FederatedDataset, seed: int, unit_di
         rows = [json.loads(line) for line in rows_text.splitlines()]
     sink.begin({"variant": exp.variant, "seed": seed, "rounds": cfg.rounds}, rows)
     ckpt = _Checkpointer(sim, unit_dir, rows, stop, wall0, wall_before)
+    loggers: list = []
     try:
         if stop.requested:  # asked to stop before this unit did anything new
             ckpt.save()
             return UnitOutcome(False, None, sim.next_round, cfg.rounds)
-        sim.advance(observers=[_Rows(rows, sink), ckpt, *observers])
+        loggers = open_loggers(exp, seed, unit_dir, rows)  # built here: this process runs the unit
+        sim.advance(observers=[_Rows(rows, sink), ckpt, *loggers, *observers])
         if stop.requested:
+            close_loggers(loggers, None)
             return UnitOutcome(False, None, sim.next_round, cfg.rounds)
         result = sim.result(rows, wall_s=wall_before + time.perf_counter() - wall0)
+    except BaseException:
+        close_loggers(loggers, None)
+        raise
     finally:
         sim.close()
     result = RunResult(result.variant, result.seed, [dict(r) for r in rows], result.clients, result.summary,
@@ -220,6 +252,7 @@ def run_unit(exp: ResolvedExperiment, data: FederatedDataset, seed: int, unit_di
         if value is not None:
             result.summary["centralized_accuracy"] = value
     summary = summarize(result.variant, result.seed, result.rounds, result.summary, cfg.eval.target_accuracy)
+    close_loggers(loggers, summary)
     sink.finish({k: np.asarray(v).tolist() for k, v in result.clients.items()}, summary)
     return UnitOutcome(True, summary, cfg.rounds, cfg.rounds, result)
 

@@ -103,6 +103,8 @@ def quantize_8bit(v: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 class AdaptiveOU(Algorithm):
     """Adaptive-OU: send an update only if its norm beats mean − std, else a NACK; OU/ZERO/IGNORE fill the gaps."""
 
+    needs_training = "decides from each update's norm whether to send it or a NACK"
+
     Config = AdaptiveOUConfig
     update_kind = "nack_or_delta"  # a NACK is (norm, 0, …, 0): a compressor would corrupt it
 

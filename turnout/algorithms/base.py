@@ -78,6 +78,9 @@ class Algorithm(Stateful, Deployable, ABC):
     update_kind: str = "model_delta"
     #: rules that recover gradients from the SGD end point need plain local SGD; validation enforces it.
     requires_plain_sgd: bool = False
+    #: why the rule's wire traffic depends on update values (Adaptive-OU's NACKs); empty: it runs in the
+    #: system-only mode (``--no-train``), where every aggregation is taken to change every coordinate
+    needs_training: str = ""
 
     def __init__(self, cfg: BaseModel, ctx: AlgorithmContext):
         self.cfg = cfg

@@ -33,6 +33,8 @@ class APF(Compressor):
     No top-k, no error compensation. ``threshold`` θ defaults to the code's 0.3 (the paper says 0.1).
     """
 
+    needs_training = "freezes the coordinates whose updates have stabilised"
+
     class Config(StrictModel):
         check_every: int = Field(5, ge=1, le=MAX_ROUNDS, description="F_c: rounds between freezing decisions")
         threshold: float = Field(0.3, gt=0.0, le=MAX_SCALE,

@@ -48,6 +48,9 @@ class Compressor(Stateful, Deployable, ABC):
     #: uploads reach the server exactly as the client computed them, so there is no encoding to run on a
     #: device (a deployment may then derive an upload on the server, see :mod:`turnout.flower`)
     passes_uploads_through: bool = False
+    #: why the compressor needs real update values (top-k picks the largest coordinates); empty: its
+    #: upload price depends on the model size only, so it runs in the system-only mode (``--no-train``)
+    needs_training: str = ""
 
     def __init__(self, cfg: BaseModel, dim: int, seed: int, store: ClientStateStore | None = None,
                  layout: list[int] | None = None):
@@ -63,6 +66,10 @@ class Compressor(Stateful, Deployable, ABC):
     @abstractmethod
     def encode_uploads(self, round: int, clients: np.ndarray, updates: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
         """(what the server decodes, bytes sent per client) for a batch of client updates ``(k, dim)``."""
+
+    def dense_upload_bytes(self, count: int) -> np.ndarray:
+        """What :meth:`encode_uploads` charges for ``count`` dense updates (the system-only mode's upload price)."""
+        return np.full(count, self.dim * VALUE_BYTES, dtype=np.int64)
 
     def server_update(self, round: int, update: torch.Tensor) -> torch.Tensor:
         """Compress the server's model change before it is applied/broadcast. Default: unchanged."""

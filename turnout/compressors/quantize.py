@@ -84,9 +84,12 @@ class Quantize(Compressor):
         rows = [rngmod.stream(self.seed, purpose, round, int(c)).random(self.dim, dtype=np.float32) for c in clients]
         return torch.from_numpy(np.stack(rows)) if rows else torch.zeros(0, self.dim)
 
+    def dense_upload_bytes(self, count: int) -> np.ndarray:
+        return np.full(count, (self.dim * self.cfg.bits + 7) // 8 + self.scale_bytes, dtype=np.int64)
+
     def encode_uploads(self, round: int, clients: np.ndarray, updates: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
         k = len(clients)
-        size = (self.dim * self.cfg.bits + 7) // 8 + self.scale_bytes
+        size = int(self.dense_upload_bytes(1)[0])
         if k == 0:
             return updates, np.zeros(0, dtype=np.int64)
         dec = quantize(updates, self._noise(UP_PURPOSE, round, clients), self.cfg.bits, self.cfg.scheme, self.layout)

@@ -202,6 +202,8 @@ class SparsifierBase(Compressor):
     - ``ternary``: STC's sign × mean-magnitude values on both sides.
     """
 
+    needs_training = "sends the largest coordinates of each update"
+
     accepts = frozenset({"model_delta"})
     residual_name = "residual"
     state_attrs = ("shared_mask", "mask_in_use", "server_residual")

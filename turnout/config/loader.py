@@ -16,12 +16,13 @@ import json
 import math
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
 from pydantic import BaseModel
 
+from .. import plugins
 from ..errors import ConfigError, ConfigWarning
 from ..registry import Registry
 from ..training.config import TrainConfig
@@ -32,12 +33,18 @@ from .schema import ExperimentConfig, VariantConfig
 
 
 class Catalogue(Protocol):
-    """The seams an experiment is made of: config key → registry, and the combination rules."""
+    """The seams an experiment is made of: config key → registry, the lists of components, the rules, plugins."""
 
     def registries(self) -> Mapping[str, Registry]:
         """Config key → registry of that seam, in the order blocks are validated."""
 
-    def check(self, components: Mapping[str, "Component"], train: TrainConfig, prefix: str) -> None:
+    def lists(self) -> Mapping[str, Registry]:
+        """Top-level keys holding a list of components (``loggers``) → their registry."""
+
+    def load_plugins(self, specs: Any) -> None:
+        """Import the experiment's plugins, so what they register can be named (before any block is validated)."""
+
+    def check(self, exp: "ResolvedExperiment", prefix: str) -> None:
         """Raise :class:`ConfigError` for a combination that would run but break an algorithm."""
 
 
@@ -64,15 +71,22 @@ class ResolvedExperiment:
     config: ExperimentConfig
     train: TrainConfig
     components: dict[str, Component]
+    lists: dict[str, tuple[Component, ...]] = field(default_factory=dict)  # e.g. "loggers"
 
     def __getitem__(self, seam: str) -> Component:
         return self.components[seam]
+
+    @property
+    def loggers(self) -> tuple[Component, ...]:
+        """The live loggers every unit of this variant feeds (validated ``loggers:`` entries)."""
+        return self.lists.get("loggers", ())
 
     def as_dict(self) -> dict[str, Any]:
         """The fully resolved configuration (defaults filled in), as written to ``config.yaml``."""
         out = self.config.model_dump(mode="json", exclude={"variants"})
         out["train"] = self.train.model_dump(mode="json")
         out.update({seam: c.as_dict() for seam, c in self.components.items()})
+        out.update({key: [c.as_dict() for c in comps] for key, comps in self.lists.items()})
         return out
 
 
@@ -105,6 +119,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
                                                "see `turnout list`)")
     if not isinstance(data, dict):
         raise ConfigError("config", str(path), "must be a YAML mapping of keys (data, model, selector, ...)")
+    if "plugins" in data:  # plugin files are named relative to the experiment file
+        data["plugins"] = plugins.anchor(data["plugins"], p.parent)
     return data
 
 
@@ -165,11 +181,17 @@ def resolve(raw: dict[str, Any], catalogue: Catalogue, variant: str = "", prefix
     train = validate_model(TrainConfig, cfg.train, f"{prefix}train")
     components = {}
     for seam, registry in catalogue.registries().items():
-        block = getattr(cfg, seam)
-        cls, opts = validate_component(registry, block, f"{prefix}{seam}")
-        components[seam] = Component(block["name"] if isinstance(block, dict) else block, cls, opts)
-    catalogue.check(components, train, prefix)
-    return ResolvedExperiment(variant=variant, config=cfg, train=train, components=components)
+        components[seam] = _component(registry, getattr(cfg, seam), f"{prefix}{seam}")
+    lists = {key: tuple(_component(registry, block, f"{prefix}{key}[{i}]") for i, block in enumerate(getattr(cfg, key)))
+             for key, registry in catalogue.lists().items()}
+    exp = ResolvedExperiment(variant=variant, config=cfg, train=train, components=components, lists=lists)
+    catalogue.check(exp, prefix)
+    return exp
+
+
+def _component(registry: Registry, block: Any, key: str) -> Component:
+    cls, opts = validate_component(registry, block, key)
+    return Component(block["name"] if isinstance(block, dict) else block, cls, opts)
 
 
 def load_experiment(path: str | Path, catalogue: Catalogue, overrides: list[str] | None = None
@@ -229,6 +251,10 @@ def check_nesting(value: Any, key: str) -> None:
         elif isinstance(node, (list, tuple, set, frozenset)):
             todo.extend((v, depth + 1) for v in node)
 
+
+#: top-level keys no variant may change: plugins are loaded once per process, and a comparison is
+#: either trained or system-only throughout
+EXPERIMENT_WIDE = ("plugins", "no_train")
 
 #: most variants a grid may make (an experiment file may list at most 200 variants itself)
 MAX_GRID_VARIANTS = 1000
@@ -295,10 +321,11 @@ def expand(raw: dict[str, Any], catalogue: Catalogue, overrides: dict[str, Any] 
     for key, value in [*raw.items(), *(overrides or {}).items()]:
         check_nesting(value, str(key))
     raw = apply_overrides(raw, overrides or {})
+    catalogue.load_plugins(raw.get("plugins"))  # before any block names what a plugin registers
     base = resolve(raw, catalogue)
     variants = grid_variants(base.config.variants, base.config.grid)
     if not variants:
-        return [ResolvedExperiment("base", base.config, base.train, base.components)]
+        return [replace(base, variant="base")]
     out = []
     reached: set[str] = set()
     for v in variants:
@@ -309,6 +336,10 @@ def expand(raw: dict[str, Any], catalogue: Catalogue, overrides: dict[str, Any] 
         merged = apply_overrides(merged, again)
         if "variants" in v.set or any(str(k).startswith("variants.") for k in v.set):
             raise ConfigError(f"variants[{v.name}].set", v.set, "a variant cannot define variants")
+        for key in EXPERIMENT_WIDE:
+            if any(str(k) == key or str(k).startswith(key + ".") for k in v.set):
+                raise ConfigError(f"variants[{v.name}].set.{key}", v.set.get(key),
+                                  f"{key} holds for the whole experiment; set it at the top level")
         out.append(resolve(merged, catalogue, v.name, prefix=f"variants[{v.name}]."))
     for key in overrides or {}:
         if key not in reached and key != "variants" and not key.startswith("variants."):

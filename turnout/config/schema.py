@@ -36,6 +36,9 @@ from ..errors import ConfigError
 from .base import StrictModel
 from .limits import MAX_BATCH, MAX_EPOCHS, MAX_ROUNDS, MAX_SEED, MAX_STATE_MB
 
+#: Plugins an experiment may load, and live loggers a unit may feed.
+MAX_PLUGINS, MAX_LOGGERS = 64, 16
+
 #: A run seed. Every random stream is keyed by the seed as one 32-bit word, so larger or negative
 #: seeds would alias smaller ones (2^32 would repeat seed 0); they are refused instead.
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
@@ -121,6 +124,14 @@ class ExperimentConfig(StrictModel):
     eval: EvalConfig = EvalConfig()
     output: OutputConfig = OutputConfig()
     runtime: RuntimeConfig = RuntimeConfig()
+    no_train: bool = Field(False, description="system-only what-if mode: simulate availability, selection, round "
+                                              "modes, bytes and time without training a model (`turnout run "
+                                              "--no-train`)")
+    plugins: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
+        default_factory=list, max_length=MAX_PLUGINS,
+        description="modules or .py files to import before validation; what they register is usable by name")
+    loggers: list[Any] = Field(default_factory=list, max_length=MAX_LOGGERS,
+                               description="live loggers fed every round: names or {name, options} blocks")
     variants: list[VariantConfig] = Field(default_factory=list, max_length=200)
     grid: dict[str, list[Any]] = Field(
         default_factory=dict, description="dotted key → list of values: one variant per combination (crossed with "

@@ -32,6 +32,9 @@ class Selector(Stateful, Deployable, ABC):
     """
 
     Config: type[BaseModel]
+    #: why the selector needs a trained model (it ranks clients by loss); empty: it decides from the
+    #: world alone (availability, sizes, history), so it runs in the system-only mode (``--no-train``)
+    needs_training: str = ""
 
     def __init__(self, cfg: BaseModel, world: WorldContext):
         self.cfg = cfg

@@ -83,6 +83,8 @@ class FedGS(Selector):
     without a model (an availability plot, a hand-made test world) refuses it at build time.
     """
 
+    needs_training = "compares clients through their labels, model outputs or updates"
+
     class Config(StrictModel):
         clients_per_round: int = Field(10, ge=1, le=MAX_CLIENTS,
                                        description="K: reports wanted per round (FedGS's M = min(N_a, K))")

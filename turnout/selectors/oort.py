@@ -103,6 +103,8 @@ def without(ids: np.ndarray, drop: np.ndarray, num_clients: int) -> np.ndarray:
 class OortSelector(Selector):
     """Oort: exploit clients of high statistical utility within a paced duration budget, explore the rest."""
 
+    needs_training = "scores clients by their training loss (statistical utility)"
+
     class Config(StrictModel):
         clients_per_round: int = Field(10, ge=1, le=MAX_CLIENTS, description="K: reports wanted per round")
         weighting: Literal["n_samples", "equal"] = Field(

@@ -101,6 +101,8 @@ def top_by_loss(rng: np.random.Generator, candidates: np.ndarray, losses: np.nda
 class PowerOfChoiceSelector(Selector):
     """Power-of-Choice: the highest-loss clients train (Cho et al. pow-d/cpow-d/rpow-d, FedGS, Adaptive-OU repos)."""
 
+    needs_training = "ranks clients by their loss on the global model"
+
     class Config(StrictModel):
         clients_per_round: int = Field(
             10, ge=1, le=MAX_CLIENTS,
