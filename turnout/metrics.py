@@ -18,7 +18,7 @@ SUMMARY_KEYS = ("final_accuracy", "best_accuracy", "tail_accuracy", "tail_accura
                 "rounds_to_target", "sim_time_to_target_s", "download_time_to_target_s", "bytes_down_to_target",
                 "bytes_up_to_target", "bytes_up", "bytes_down", "sim_time_s", "download_time_s",
                 "compute_time_s", "upload_time_s", "download_share", "compute_share", "upload_share",
-                "resource_s", "wasted_s", "tau_max", "tau_avg", "selection_count_var", "centralized_accuracy",
+                "stale_per_round", "resource_s", "wasted_s", "tau_max", "tau_avg", "selection_count_var", "centralized_accuracy",
                 "wall_s", "diverged_at_round")
 
 #: Results a diverged run does not have: an accuracy measured before the model blew up is no final result.
@@ -141,6 +141,7 @@ def summarize(variant: str, seed: int, rows: list[dict], extra: Mapping[str, Any
         "rounds_to_target": math.nan, "sim_time_to_target_s": math.nan, "download_time_to_target_s": math.nan,
         "bytes_down_to_target": math.nan, "bytes_up_to_target": math.nan,
     }
+    s["stale_per_round"] = float(np.mean([r["n_stale"] for r in rows]))  # late reports used, per round (REFL)
     s["download_share"], s["compute_share"], s["upload_share"] = time_shares(
         s["download_time_s"], s["compute_time_s"], s["upload_time_s"])
     if target is not None:

@@ -31,6 +31,9 @@ LOWER_IS_BETTER = {"best_loss", "final_loss", "bytes_up", "bytes_down", "bytes_d
                    "sim_time_s", "resource_s", "wasted_s", "tau_max", "tau_avg", "selection_count_var",
                    "never_selected", "tail_accuracy_std"}
 
+#: metrics with no better direction (shares of a whole): never bolded
+NEUTRAL = {"download_share", "compute_share", "upload_share", "stale_per_round"}
+
 #: metrics counted up to the first evaluation at or above ``eval.target_accuracy`` (empty when never reached)
 TARGET_METRICS = {"rounds_to_target", "sim_time_to_target_s", "download_time_to_target_s", "bytes_down_to_target",
                   "bytes_up_to_target"}
@@ -207,13 +210,14 @@ def metric_table(summaries: dict[str, dict], metric: str, percent_of: str | None
     settings = list(summaries)
     variants = list(dict.fromkeys(r["variant"] for s in summaries.values() for r in s["runs"]))
     lower = metric in LOWER_IS_BETTER
+    neutral = metric in NEUTRAL
     cells: dict[tuple[str, str], str] = {}
     for col in settings:
         runs = summaries[col]["runs"]
         seeds = len({r["seed"] for r in runs})
         means = {v: _stats(runs, v, metric) for v in variants}
         finite = [m for m, _, n in means.values() if n]
-        best = (min(finite) if lower else max(finite)) if finite else None
+        best = (min(finite) if lower else max(finite)) if finite and not neutral else None
         ref = means.get(percent_of, (math.nan, 0, 0))[0] if percent_of and metric.startswith("bytes") else None
         for v, (m, sd, n) in means.items():
             text = _fmt(m, sd, n, seeds)
@@ -518,7 +522,8 @@ def write_report(folders: list[Path], out: Path, metrics: list[str], title: str,
               + (f"wall-clock {elapsed_s / 60:.1f} min for the whole page on this machine; " if elapsed_s else "")
               + f"{cpu_s / 60:.1f} min summed over the runs.", ""]
     if provenance:
-        lines += ["Made from " + "; ".join(f"{k} `{v}`" for k, v in provenance.items()) + ".", ""]
+        lines += ["Made from " + "; ".join(f"{k} `{v}`" if " " not in v else f"{k}: {v}" for k, v in provenance.items())
+                  + ".", ""]
     if notes:
         lines += [notes.strip(), ""]
     for name, s in summaries.items():
@@ -529,7 +534,8 @@ def write_report(folders: list[Path], out: Path, metrics: list[str], title: str,
                       f"units finished; tables show the finished ones). Unfinished: {left}.", ""]
     for m in metrics:
         marks = Footnotes()
-        lines += [f"## {m} ({'lower' if m in LOWER_IS_BETTER else 'higher'} is better; mean ± std over seeds)", "",
+        better = "" if m in NEUTRAL else f"{'lower' if m in LOWER_IS_BETTER else 'higher'} is better; "
+        lines += [f"## {m} ({better}mean ± std over seeds)", "",
                   metric_table(summaries, m, percent_of, marks, targets), marks.markdown()]
     if paired and len(variants) > 1:
         from scipy import stats
