@@ -30,6 +30,7 @@ import json
 import math
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -152,8 +153,13 @@ PAGES: dict[str, Page] = {
         ("final_accuracy", "best_accuracy", "wasted_s", "stale_per_round"), Slice("DL-label", 3), curve="accuracy"),
     "gluefl": Page(
         "GlueFL Table 2 / Fig. 5 / Fig. 9 (Fashion-MNIST, 1,000 clients, K = 30) at laptop scale",
-        (Setting("K=30", "experiments/gluefl/main.yaml"), Setting("K=10", "experiments/gluefl/k10.yaml")),
+        (Setting("K=30", "experiments/gluefl/main.yaml"),),
         GLUEFL_METRICS + ("download_share", "compute_share", "upload_share"), Slice("K=30", 2), curve="accuracy",
+        curve_x=("round", "cum_bytes_down")),
+    "gluefl_k10": Page(
+        "GlueFL at K = 10 (S = 40, C = 8): a sensitivity of the main GlueFL page",
+        (Setting("K=10", "experiments/gluefl/k10.yaml"),),
+        GLUEFL_METRICS + ("download_share", "compute_share", "upload_share"), Slice("K=10", 3), curve="accuracy",
         curve_x=("round", "cum_bytes_down")),
     "gluefl_ablations": Page(
         "GlueFL App. E ablations (on GlueFL with unbiased weights, K = 30) at laptop scale",
@@ -211,6 +217,13 @@ def config_hash(page: Page, tuned: dict) -> str:
 
 
 # ---- running ---------------------------------------------------------------------------------
+def _children_cpu_s() -> float:
+    """CPU seconds (user + system) used so far by finished child processes: the runs' own work, whatever else
+    the machine is doing."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def run_setting(setting: Setting, folder: Path, jobs: int, extra: tuple[str, ...] = ()) -> None:
     args = [sys.executable, "-m", "turnout", "run", str(ROOT / setting.config), "--quiet", "--jobs", str(jobs),
             "--out", str(folder)]
@@ -322,9 +335,12 @@ def render(name: str, page: Page, folder: Path, record: dict, out: Path) -> Path
                   f"FedAvg, {page.tune.metric} (mean ± std over seeds) for each {page.tune.key} of the grid "
                   "(`experiments/fedsum/tune.yaml`); the chosen value is passed to every setting below "
                   f"(`--set {tuned_sets(record['tuned'])[0]}`).\n\n" + record["tune_table"])
-    load = record.get("load")
+    load, cpu = record.get("load"), record.get("cpu_s")
     machine = (f"{os.cpu_count()} CPU cores shared with other jobs (load average {load[0]:.1f} at the start, "
                f"{load[1]:.1f} at the end)") if load else "unrecorded"
+    if cpu:
+        machine += (f"; the runs used {cpu / 60:.1f} CPU-minutes, i.e. about {cpu / 60 / 2:.0f} minutes of wall-clock "
+                    "on an idle 2-core machine")
     provenance = {"commit": record["commit"], "config hash": record["config_hash"], "machine": machine}
     folders = [folder / s.name for s in page.settings]
     write_report(folders, out, list(page.metrics), page.title, f"bash scripts/reproduce.sh {name}",
@@ -347,6 +363,7 @@ def make(name: str, jobs: int, folder: Path | None = None, out: Path | None = No
     folder = folder or RUNS / name
     out = out or RESULTS / f"{name}.md"
     start, load0 = time.time(), os.getloadavg()[0]
+    cpu0 = _children_cpu_s()
     commit = git_commit()
     if folder.exists():
         shutil.rmtree(folder)
@@ -362,7 +379,8 @@ def make(name: str, jobs: int, folder: Path | None = None, out: Path | None = No
         run_setting(s, folder / s.name, jobs, tuned_sets(tuned))
     elapsed = time.time() - start  # the page's runs; the slice below takes seconds
     record = {"page": name, "commit": commit, "config_hash": config_hash(page, tuned), "tuned": tuned,
-              "tune_table": tune_table, "elapsed_s": elapsed, "load": [load0, os.getloadavg()[0]],
+              "tune_table": tune_table, "elapsed_s": elapsed, "cpu_s": _children_cpu_s() - cpu0,
+              "load": [load0, os.getloadavg()[0]],
               "slice": {**asdict(page.slice), "numbers": run_slice(page, tuned)}}
     (folder / "page.json").write_text(json.dumps(record, indent=1))
     render(name, page, folder, record, out)
