@@ -32,7 +32,7 @@ GOLDEN = ROOT / "tests" / "golden" / "hashes.json"
 SHORT = ["rounds=10", "seeds=[0]", "output.plots=false", "output.progress=false",
          "eval.centralized_baseline=false"]
 
-#: settings scripts/reproduce.sh runs on top of an experiment file (name → extra --set values)
+#: settings scripts/reproduce.sh runs on top of an experiment file (name → extra --set values; scripts/pages.py)
 REPRODUCE = {
     "fedgs/synthetic.yaml": {
         "LN-0.5": ["availability={name: ln, beta: 0.5}"], "SLN-0.5": ["availability={name: sln, beta: 0.5}"],
@@ -40,10 +40,12 @@ REPRODUCE = {
     "fedgs/fashion_mnist.yaml": {
         "YMF-0.9": ["availability={name: ymf, beta: 0.9}"], "YC-0.9": ["availability={name: yc, beta: 0.9}"]},
     "fedsum/digits.yaml": {"P1-m10": ["availability={name: p1_uniform, m: 10}"], "P3-sine": ["availability={name: p3_sine}"]},
+    "fedsum/tune.yaml": {"P1-m10": ["availability={name: p1_uniform, m: 10}"]},
     "adaptive_ou/synthetic.yaml": {"N=50": ["selector.clients_per_round=50"]},
-    "refl/digits.yaml": {
+    "refl/fashion_mnist.yaml": {
         "OC-label": ["data.partition={name: shards, shards_per_client: 2}"],
-        "DL-IID": ["round_mode={name: deadline, deadline_s: 100}"]},
+        "DL-IID": ["round_mode={name: deadline, deadline_s: 60}"]},
+    "refl/rules.yaml": {"DL-label": ["data.partition={name: shards, shards_per_client: 2}"]},
 }
 
 #: the seam matrix's tiny world: 24 clients, 4 per round, FLASH devices (heterogeneous speeds)

@@ -225,3 +225,32 @@ def test_download_time_is_the_critical_clients_download(simulate):
     s = summarize(res.variant, res.seed, res.rounds, res.summary, target=0.0)
     assert s["download_time_to_target_s"] == pytest.approx(4 * dim / 100e3)
     assert s["download_time_s"] == pytest.approx(3 * 4 * dim / 100e3)
+
+
+def test_critical_path_splits_into_download_compute_and_upload(simulate):
+    """GlueFL Fig. 9: the critical client's download + compute + upload seconds make up the wait_all round."""
+    from turnout.metrics import cumulate, summarize
+    sim, res = simulate(TINY)
+    cumulate(res.rounds)
+    dim = 60 * 10 + 10
+    for row in res.rounds:  # homogeneous devices: 40 samples at 10 ms, 4·dim bytes up at 50 kB/s
+        assert row["compute_s"] == pytest.approx(4 * 10 * 0.01)
+        assert row["upload_s"] == pytest.approx(4 * dim / 50e3)
+        assert row["download_s"] + row["compute_s"] + row["upload_s"] == pytest.approx(row["round_duration_s"])
+        assert row["cum_upload_s"] == pytest.approx((row["round"] + 1) * 4 * dim / 50e3)
+    s = summarize(res.variant, res.seed, res.rounds, res.summary, target=None)
+    total = s["download_time_s"] + s["compute_time_s"] + s["upload_time_s"]
+    assert s["compute_time_s"] == pytest.approx(3 * 0.4)
+    assert s["download_share"] == pytest.approx(s["download_time_s"] / total)
+    assert s["download_share"] + s["compute_share"] + s["upload_share"] == pytest.approx(1.0)
+    assert s["upload_share"] == pytest.approx(2 * s["download_share"])  # same bytes, half the bandwidth
+
+
+def test_critical_path_is_empty_when_nothing_is_aggregated():
+    from turnout.metrics import critical_path_s, time_shares
+    none = np.zeros(3, dtype=bool)
+    assert critical_path_s(np.ones(3), np.ones(3), np.ones(3), np.arange(3.0), none) == (0.0, 0.0, 0.0)
+    assert all(np.isnan(time_shares(0.0, 0.0, 0.0)))
+    agg = np.array([True, True, False])  # the last on-time report is client 1, not the slower straggler 2
+    assert critical_path_s(np.array([1., 2, 3]), np.array([4., 5, 6]), np.array([7., 8, 9]),
+                           np.array([12., 15, 18]), agg) == (2.0, 5.0, 8.0)

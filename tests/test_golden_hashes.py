@@ -17,7 +17,7 @@ golden = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(golden)
 RECORDED = json.loads(golden.GOLDEN.read_text())
 
-HANDFUL = ["exp:quickstart.yaml", "exp:refl/digits.yaml[DL-IID]", "exp:fedsum/cases.yaml",
+HANDFUL = ["exp:quickstart.yaml", "exp:refl/fashion_mnist.yaml[DL-IID]", "exp:fedsum/cases.yaml",
            "exp:adaptive_ou/synthetic.yaml",
            "matrix:round_mode=deadline,selector=oort,compressor=gluefl,algorithm=stale_aware",
            "matrix:round_mode=over_commit,selector=sticky,compressor=gluefl,algorithm=fedyogi",

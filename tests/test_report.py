@@ -206,3 +206,31 @@ def test_report_end_to_end_on_a_two_variant_three_seed_run(tmp_path, tiny):
     assert f"| K8 | {d.mean():+.4f} [{d.mean() - half:+.4f}, {d.mean() + half:+.4f}] (n=3) |" in text
     assert "### rounds_to_target: variant − K4" in text
     assert (tmp_path / "page" / "accuracy.png").stat().st_size > 1000
+
+
+def test_curves_against_a_cumulative_column_interpolate_each_seed(tmp_path):
+    """Against bytes or client-seconds the seeds' x values differ: each seed is interpolated onto a common grid."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    runs = [{"variant": "a", "seed": s, "final_accuracy": 0.5, "wall_s": 1.0} for s in (0, 1)]
+    (folder / "summary.json").write_text(json.dumps({"versions": {}, "runs": runs}))
+    # seed 0 spends 10 B a round, seed 1 20 B; accuracy = round / 10 in both
+    lines = ["variant,seed,round,accuracy,cum_bytes_up,cum_bytes_down"]
+    lines += [f"a,{s},{t},{t / 10},{(t + 1) * 10 * (s + 1)},{(t + 1) * 10 * (s + 1)}" for s in (0, 1) for t in range(5)]
+    (folder / "rounds.csv").write_text("\n".join(lines) + "\n")
+    x, mean, std, n = _curves(folder, "accuracy", "cum_bytes_up+cum_bytes_down", points=5)["a"]
+    assert n == 2 and x[0] == 40 and x[-1] == 100  # the range both seeds cover: [max of minima, min of maxima]
+    # at 40 B seed 0 is at round 1 (0.1) and seed 1 at round 0 (0.0); at 100 B: 0.4 and 0.15
+    assert mean[0] == pytest.approx(0.05) and std[0] == pytest.approx(0.05)
+    assert mean[-1] == pytest.approx((0.4 + 0.15) / 2)
+    by_round = _curves(folder, "accuracy")["a"]
+    assert by_round[0].tolist() == [1, 2, 3, 4, 5] and by_round[2][0] == 0.0
+    page = tmp_path / "p.md"
+    assert main(["report", str(folder), "--out", str(page), "--metric", "final_accuracy", "--curve", "accuracy",
+                 "--curve-x", "round", "--curve-x", "cum_bytes_down", "--provenance", "commit=abc123",
+                 "--provenance", "config hash=ff00"]) == 0
+    text = page.read_text()
+    assert "Made from commit `abc123`; config hash `ff00`." in text
+    assert "against cum_bytes_down (MB)" in text and (tmp_path / "p" / "accuracy_vs_cum_bytes_down.png").is_file()
+    assert main(["report", str(folder), "--out", str(page), "--curve", "accuracy", "--curve-x", "bytes"]) == 2
+    assert main(["report", str(folder), "--out", str(page), "--provenance", "nokey"]) == 2

@@ -95,6 +95,11 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--percent-of", default=None, metavar="VARIANT",
                      help="also show byte metrics as a percentage of this variant's (e.g. the full-upload baseline)")
     rep.add_argument("--curve", default="loss", help="rounds.csv column plotted against rounds ('' for none)")
+    rep.add_argument("--curve-x", action="append", default=None, metavar="COLUMN",
+                     help="x axis of the curve (repeatable, one figure each): round (default) or a rounds.csv column "
+                          "such as cum_bytes_down, cum_resource_s, or a sum like cum_bytes_up+cum_bytes_down")
+    rep.add_argument("--provenance", action="append", default=None, metavar="KEY=VALUE",
+                     help="a fact printed on the page, e.g. commit=abc123 or 'config hash=...' (repeatable)")
     rep.add_argument("--counts", action="append", default=None, metavar="SETTING",
                      help="also draw per-client selection counts for this run folder's name (repeatable)")
     rep.add_argument("--baseline", default=None, metavar="VARIANT",
@@ -149,8 +154,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not args.notes.is_file():
             raise ConfigError("--notes", str(args.notes), "no such file")
         notes = args.notes.read_text()
+    provenance = {}
+    for item in args.provenance or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError("--provenance", item, "expected KEY=VALUE")
+        provenance[key] = value
     out = write_report(args.folders, args.out, metrics, args.title, args.regen_command, args.elapsed_s,
-                       args.curve or None, notes, args.percent_of, args.counts, args.baseline, args.paired)
+                       args.curve or None, notes, args.percent_of, args.counts, args.baseline, args.paired,
+                       args.curve_x, provenance)
     print(f"wrote {out}")
     return 0
 

@@ -277,7 +277,9 @@ class Simulation(Stateful):
         late = close.late & ~close.aggregated & ~trained.rejected
         duration = (close.duration_s if opened.size else self.round_mode.empty_round_s) + probe_s
         t_close = t0 - probe_s + duration
-        download_s = metrics.critical_download_s(self.pricer.download_s(clients, trained.down), finish, agg)
+        download_s, compute_s, upload_s = metrics.critical_path_s(
+            self.pricer.download_s(clients, trained.down), self.pricer.compute_s(clients, result.samples),
+            self.pricer.upload_s(clients, trained.up), finish, agg)
         feedback = RoundFeedback(r, clients, agg, late, result.losses, result.samples, finish, close.busy_s,
                                  trained.decoded, duration)
         weights = np.asarray(self.selector.settle_weights(cohort, feedback), dtype=np.float64)
@@ -287,7 +289,7 @@ class Simulation(Stateful):
         stale_ok = (np.full(len(arrived), self.algorithm.uses_stale_updates)
                     & (r - arrived.origin_round <= self.algorithm.max_staleness))
         return Closed(finish, dropped_at, close, agg, late, duration, t_close, download_s, feedback, weights,
-                      arrived, stale_ok)
+                      arrived, stale_ok, compute_s, upload_s)
 
     def _aggregate(self, opened: Opened, trained: Trained, closed: Closed) -> Aggregated:
         """The server rule over fresh and stale reports; the ledger records what changed."""

@@ -17,7 +17,8 @@ import numpy as np
 SUMMARY_KEYS = ("final_accuracy", "best_accuracy", "tail_accuracy", "tail_accuracy_std", "final_loss", "best_loss",
                 "rounds_to_target", "sim_time_to_target_s", "download_time_to_target_s", "bytes_down_to_target",
                 "bytes_up_to_target", "bytes_up", "bytes_down", "sim_time_s", "download_time_s",
-                "resource_s", "wasted_s", "tau_max", "tau_avg", "selection_count_var", "centralized_accuracy",
+                "compute_time_s", "upload_time_s", "download_share", "compute_share", "upload_share",
+                "stale_per_round", "resource_s", "wasted_s", "tau_max", "tau_avg", "selection_count_var", "centralized_accuracy",
                 "wall_s", "diverged_at_round")
 
 #: Results a diverged run does not have: an accuracy measured before the model blew up is no final result.
@@ -26,20 +27,45 @@ DIVERGED_UNREPORTED = ("final_accuracy", "best_accuracy", "tail_accuracy", "tail
                        "bytes_down_to_target", "bytes_up_to_target")
 
 #: Per-round quantities that ``rounds.csv`` also carries as running totals (``cum_<name>``).
-CUMULATIVE = ("bytes_up", "bytes_down", "resource_s", "wasted_s", "download_s")
+CUMULATIVE = ("bytes_up", "bytes_down", "resource_s", "wasted_s", "download_s", "compute_s", "upload_s")
 
 
 # ---- the seed papers' metrics ------------------------------------------------------------------
+def critical_client(finish_s: np.ndarray, aggregated: np.ndarray) -> int | None:
+    """Cohort index of the round's critical client: the last on-time report the round waited for."""
+    if not aggregated.any():
+        return None
+    return int(np.flatnonzero(aggregated)[np.argmax(finish_s[aggregated])])
+
+
 def critical_download_s(download_s: np.ndarray, finish_s: np.ndarray, aggregated: np.ndarray) -> float:
     """GlueFL's download time (DT): the download part of the round's critical path.
 
     The critical path ends with the last on-time report the round waited for; its download time,
     summed over rounds, is the time the run spent synchronising the model.
     """
-    if not aggregated.any():
-        return 0.0
-    critical = np.flatnonzero(aggregated)[np.argmax(finish_s[aggregated])]
-    return float(download_s[critical])
+    critical = critical_client(finish_s, aggregated)
+    return 0.0 if critical is None else float(download_s[critical])
+
+
+def critical_path_s(download_s: np.ndarray, compute_s: np.ndarray, upload_s: np.ndarray, finish_s: np.ndarray,
+                    aggregated: np.ndarray) -> tuple[float, float, float]:
+    """GlueFL Fig. 9: the critical client's (download, compute, upload) seconds; zeros when nothing was aggregated.
+
+    The download part is :func:`critical_download_s` (DT); the three add up to that client's delivery time.
+    """
+    critical = critical_client(finish_s, aggregated)
+    if critical is None:
+        return 0.0, 0.0, 0.0
+    return float(download_s[critical]), float(compute_s[critical]), float(upload_s[critical])
+
+
+def time_shares(download_s: float, compute_s: float, upload_s: float) -> tuple[float, float, float]:
+    """GlueFL Fig. 9's shares of the critical path spent downloading, computing and uploading (NaN when empty)."""
+    total = download_s + compute_s + upload_s
+    if total <= 0:
+        return math.nan, math.nan, math.nan
+    return download_s / total, compute_s / total, upload_s / total
 
 
 def tail_accuracy(acc: np.ndarray) -> tuple[float, float]:
@@ -75,7 +101,8 @@ def round_row(opened, trained, closed, aggregated, delivered_up: np.ndarray, was
         "n_available": int(len(opened.available)), "n_selected": opened.size, "n_aggregated": len(aggregated.reports),
         "n_stale": int(ok.sum()), "n_late": int(closed.late.sum()), "n_stale_dropped": int((~ok).sum()),
         "n_dropped": int((closed.finish_s > closed.dropped_at_s).sum()), "n_rejected": int(trained.rejected.sum()),
-        "download_s": closed.download_s, "resource_s": float(closed.close.busy_s.sum()) + opened.probe.busy_s,
+        "download_s": closed.download_s, "compute_s": closed.compute_s, "upload_s": closed.upload_s,
+        "resource_s": float(closed.close.busy_s.sum()) + opened.probe.busy_s,
         "wasted_s": float(wasted.sum()) + stale_wasted,
         "tau": tau, "coords_changed": int(aggregated.coords_changed),
         **extra,
@@ -84,7 +111,8 @@ def round_row(opened, trained, closed, aggregated, delivered_up: np.ndarray, was
 
 def cumulate(rows: list[dict]) -> None:
     """Add the running ``cum_*`` totals to each row, in place."""
-    totals: dict[str, Any] = {"bytes_up": 0, "bytes_down": 0, "resource_s": 0.0, "wasted_s": 0.0, "download_s": 0.0}
+    totals: dict[str, Any] = {"bytes_up": 0, "bytes_down": 0, "resource_s": 0.0, "wasted_s": 0.0, "download_s": 0.0,
+                              "compute_s": 0.0, "upload_s": 0.0}
     for row in rows:
         for k in totals:
             totals[k] += row[k]
@@ -109,9 +137,13 @@ def summarize(variant: str, seed: int, rows: list[dict], extra: Mapping[str, Any
         "sim_time_s": float(last["sim_time_s"]), "resource_s": float(last["cum_resource_s"]),
         "wasted_s": float(last["cum_wasted_s"]),
         "download_time_s": float(last["cum_download_s"]),
+        "compute_time_s": float(last["cum_compute_s"]), "upload_time_s": float(last["cum_upload_s"]),
         "rounds_to_target": math.nan, "sim_time_to_target_s": math.nan, "download_time_to_target_s": math.nan,
         "bytes_down_to_target": math.nan, "bytes_up_to_target": math.nan,
     }
+    s["stale_per_round"] = float(np.mean([r["n_stale"] for r in rows]))  # late reports used, per round (REFL)
+    s["download_share"], s["compute_share"], s["upload_share"] = time_shares(
+        s["download_time_s"], s["compute_time_s"], s["upload_time_s"])
     if target is not None:
         hit = np.flatnonzero(acc >= target)
         if len(hit):

@@ -74,6 +74,8 @@ class Closed:
     weights: np.ndarray  # settled aggregation weights (aligned with the cohort)
     arrived: Arrived  # late reports that reached the server by the close
     stale_ok: np.ndarray  # bool over ``arrived``: used by the server rule
+    compute_s: float = 0.0  # the critical client's compute seconds (GlueFL Fig. 9)
+    upload_s: float = 0.0  # the critical client's upload seconds (GlueFL Fig. 9)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,9 @@ LOWER_IS_BETTER = {"best_loss", "final_loss", "bytes_up", "bytes_down", "bytes_d
                    "sim_time_s", "resource_s", "wasted_s", "tau_max", "tau_avg", "selection_count_var",
                    "never_selected", "tail_accuracy_std"}
 
+#: metrics with no better direction (shares of a whole): never bolded
+NEUTRAL = {"download_share", "compute_share", "upload_share", "stale_per_round"}
+
 #: metrics counted up to the first evaluation at or above ``eval.target_accuracy`` (empty when never reached)
 TARGET_METRICS = {"rounds_to_target", "sim_time_to_target_s", "download_time_to_target_s", "bytes_down_to_target",
                   "bytes_up_to_target"}
@@ -207,13 +210,14 @@ def metric_table(summaries: dict[str, dict], metric: str, percent_of: str | None
     settings = list(summaries)
     variants = list(dict.fromkeys(r["variant"] for s in summaries.values() for r in s["runs"]))
     lower = metric in LOWER_IS_BETTER
+    neutral = metric in NEUTRAL
     cells: dict[tuple[str, str], str] = {}
     for col in settings:
         runs = summaries[col]["runs"]
         seeds = len({r["seed"] for r in runs})
         means = {v: _stats(runs, v, metric) for v in variants}
         finite = [m for m, _, n in means.values() if n]
-        best = (min(finite) if lower else max(finite)) if finite else None
+        best = (min(finite) if lower else max(finite)) if finite and not neutral else None
         ref = means.get(percent_of, (math.nan, 0, 0))[0] if percent_of and metric.startswith("bytes") else None
         for v, (m, sd, n) in means.items():
             text = _fmt(m, sd, n, seeds)
@@ -318,30 +322,83 @@ PAIRING = ("Each cell: the mean over seeds of the per-seed difference (variant �
            "negative difference favours the variant.")
 
 
-def _curves(folder: Path, column: str) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
-    """Per variant: rounds, mean and std of ``column`` over seeds at each round, and the number of seeds."""
+def _x_value(row: dict, x: str) -> float | None:
+    """The x coordinate of a rounds-table row: ``round`` (1-based), one column, or a sum ``a+b`` of columns."""
+    if x == "round":
+        return int(row["round"]) + 1
+    total = 0.0
+    for part in x.split("+"):
+        value = row.get(part)
+        if value is None or value == "":
+            return None
+        total += float(value)
+    return total
+
+
+def _check_columns(folder: Path, row: dict, flag: str, names: list[str]) -> None:
+    for name in names:
+        if name != "round" and name not in row:
+            raise ConfigError(flag, name, f"not a column of {folder}'s rounds table; choose one of: "
+                                          f"{', '.join(k for k in row if k not in ('variant', 'seed'))}")
+
+
+def _curves(folder: Path, column: str, x: str = "round", points: int = 100
+            ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
+    """Per variant: x values, mean and std of ``column`` over seeds at each x, and the number of seeds.
+
+    ``x = "round"`` averages the seeds round by round. Any other ``x`` (a rounds-table column such as
+    ``cum_bytes_down`` or ``cum_resource_s``, or a sum ``cum_bytes_up+cum_bytes_down``) differs from seed to
+    seed, so each seed's curve is interpolated linearly onto ``points`` common x values spanning the range
+    every seed covers, and the mean and std are taken there.
+    """
     rows = list(_rows(folder))
-    if rows and column not in rows[0]:
-        raise ConfigError("--curve", column, f"not a column of {folder}'s rounds table; choose one of: "
-                                             f"{', '.join(k for k in rows[0] if k not in ('variant', 'seed'))}")
-    per: dict[str, dict[int, list[float]]] = {}
-    seeds: dict[str, set] = {}
+    if rows:
+        _check_columns(folder, rows[0], "--curve", [column])
+        _check_columns(folder, rows[0], "--curve-x", x.split("+") if x != "round" else [])
+    per: dict[str, dict[object, list[tuple[float, float]]]] = {}
     for row in rows:
         value = row[column]
         if value is None or value == "" or math.isnan(float(value)):
             continue
-        per.setdefault(row["variant"], {}).setdefault(int(row["round"]) + 1, []).append(float(value))
-        seeds.setdefault(row["variant"], set()).add(row["seed"])
+        xv = _x_value(row, x)
+        if xv is None or math.isnan(xv):
+            continue
+        per.setdefault(row["variant"], {}).setdefault(row["seed"], []).append((xv, float(value)))
     out = {}
-    for v, by_round in per.items():
-        x = np.array(sorted(by_round))
-        vals = [np.array(by_round[i]) for i in x]
-        out[v] = (x, np.array([a.mean() for a in vals]), np.array([a.std() for a in vals]), len(seeds[v]))
+    for v, by_seed in per.items():
+        if x == "round":
+            by_round: dict[float, list[float]] = {}
+            for pts in by_seed.values():
+                for xv, yv in pts:
+                    by_round.setdefault(xv, []).append(yv)
+            xs = np.array(sorted(by_round))
+            vals = [np.array(by_round[i]) for i in xs]
+            out[v] = (xs, np.array([a.mean() for a in vals]), np.array([a.std() for a in vals]), len(by_seed))
+            continue
+        curves = [np.array(sorted(pts)) for pts in by_seed.values()]
+        lo, hi = max(c[0, 0] for c in curves), min(c[-1, 0] for c in curves)
+        if hi < lo:  # the seeds' ranges do not overlap: nothing common to average
+            continue
+        grid = np.linspace(lo, hi, points) if hi > lo else np.array([lo])
+        ys = np.stack([np.interp(grid, c[:, 0], c[:, 1]) for c in curves])
+        out[v] = (grid, ys.mean(axis=0), ys.std(axis=0), len(by_seed))
     return out
 
 
-def plot_curves(folders: dict[str, Path], column: str, out: Path) -> Path:
-    """One panel per setting: ``column`` against the round, mean over seeds with a ± std band, one line per variant.
+def _x_label(x: str) -> tuple[str, float]:
+    """Axis label and scale of an x column (bytes in MB)."""
+    if x == "round":
+        return "round", 1.0
+    if "bytes" in x:
+        return f"{x.replace('+', ' + ')} (MB)", 1e-6
+    if x.endswith("resource_s"):
+        return f"{x} (client-seconds)", 1.0
+    return x.replace("+", " + "), 1.0
+
+
+def plot_curves(folders: dict[str, Path], column: str, out: Path, x: str = "round") -> Path:
+    """One panel per setting: ``column`` against ``x`` (the round by default, see :func:`_curves`), mean over seeds
+    with a ± std band, one line per variant.
 
     A variant keeps its colour in every panel, and one legend below the panels names them all with their
     number of seeds (settings may run different variants, e.g. FedSUM's Cases 1–4 beside P1–P3).
@@ -359,17 +416,18 @@ def plot_curves(folders: dict[str, Path], column: str, out: Path) -> Path:
     n = len(folders)
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False)
     lines, n_seeds = {}, {}
+    xlabel, scale = _x_label(x)
     for ax, (name, folder) in zip(axes[0], folders.items()):
-        curves = _curves(folder, column)
+        curves = _curves(folder, column, x)
         for v in per_setting[name]:
             if v not in curves:
                 continue
-            x, mean, std, k = curves[v]
-            lines[v], = ax.plot(x, mean, lw=1.1, color=colour[v])
-            ax.fill_between(x, mean - std, mean + std, color=colour[v], alpha=0.2, lw=0)
+            xs, mean, std, k = curves[v]
+            lines[v], = ax.plot(xs * scale, mean, lw=1.1, color=colour[v])
+            ax.fill_between(xs * scale, mean - std, mean + std, color=colour[v], alpha=0.2, lw=0)
             n_seeds.setdefault(v, set()).add(k)
         ax.set_title(name)
-        ax.set_xlabel("round")
+        ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(f"server test {column}\n(mean ± std over seeds)")
     shown = [v for v in every if v in lines]
@@ -429,10 +487,14 @@ def plot_selection_counts(folder: Path, out: Path) -> Path:
 def write_report(folders: list[Path], out: Path, metrics: list[str], title: str, command: str | None = None,
                  elapsed_s: float | None = None, curve: str | None = "loss", notes: str | None = None,
                  percent_of: str | None = None, counts: list[str] | None = None, baseline: str | None = None,
-                 paired: list[str] | None = None) -> Path:
+                 paired: list[str] | None = None, curve_x: list[str] | None = None,
+                 provenance: dict[str, str] | None = None) -> Path:
     """Write the markdown page ``out`` (and its plots beside it) for the run ``folders``.
 
     ``counts`` names settings (folder names) whose per-client selection counts are drawn as well.
+    ``curve_x`` lists the x axes the ``curve`` is drawn against, one figure each (default: the round; see
+    :func:`_curves` for cumulative columns such as bytes or client-seconds). ``provenance`` (e.g. the commit
+    and config hash the runs were made from) is printed under the versions line.
     ``paired`` metrics (default: those of :data:`PAIRED_BY_DEFAULT` the page tabulates) get per-seed
     differences from ``baseline`` (default: the first variant of the first folder).
     """
@@ -459,6 +521,9 @@ def write_report(folders: list[Path], out: Path, metrics: list[str], title: str,
               f"python {v.get('python', '?')}; seeds {', '.join(map(str, seeds))}; "
               + (f"wall-clock {elapsed_s / 60:.1f} min for the whole page on this machine; " if elapsed_s else "")
               + f"{cpu_s / 60:.1f} min summed over the runs.", ""]
+    if provenance:
+        lines += ["Made from " + "; ".join(f"{k} `{v}`" if " " not in v else f"{k}: {v}" for k, v in provenance.items())
+                  + ".", ""]
     if notes:
         lines += [notes.strip(), ""]
     for name, s in summaries.items():
@@ -469,7 +534,8 @@ def write_report(folders: list[Path], out: Path, metrics: list[str], title: str,
                       f"units finished; tables show the finished ones). Unfinished: {left}.", ""]
     for m in metrics:
         marks = Footnotes()
-        lines += [f"## {m} ({'lower' if m in LOWER_IS_BETTER else 'higher'} is better; mean ± std over seeds)", "",
+        better = "" if m in NEUTRAL else f"{'lower' if m in LOWER_IS_BETTER else 'higher'} is better; "
+        lines += [f"## {m} ({better}mean ± std over seeds)", "",
                   metric_table(summaries, m, percent_of, marks, targets), marks.markdown()]
     if paired and len(variants) > 1:
         from scipy import stats
@@ -484,9 +550,12 @@ def write_report(folders: list[Path], out: Path, metrics: list[str], title: str,
             marks = Footnotes()
             lines += [f"### {m}: variant − {baseline} ({'lower' if m in LOWER_IS_BETTER else 'higher'} is better)", "",
                       paired_table(summaries, m, baseline, marks, targets), marks.markdown()]
-    if curve:
-        img = plot_curves({Path(f).name: Path(f) for f in folders}, curve, out.with_suffix("") / f"{curve}.png")
-        lines += [f"## Server test {curve} against rounds (mean over seeds, band: ± std; seeds per variant in the "
+    for x in (curve_x or ["round"]) if curve else []:
+        stem = curve if x == "round" else f"{curve}_vs_{x.replace('+', '_plus_')}"
+        img = plot_curves({Path(f).name: Path(f) for f in folders}, curve, out.with_suffix("") / f"{stem}.png", x)
+        against = "rounds" if x == "round" else _x_label(x)[0]
+        band = "band: ± std" if x == "round" else "each seed interpolated onto common x values, band: ± std"
+        lines += [f"## Server test {curve} against {against} (mean over seeds, {band}; seeds per variant in the "
                   "legend)", "", f"![]({out.stem}/{img.name})", ""]
     for name in counts or []:
         img = plot_selection_counts(by_name[name], out.with_suffix("") / f"counts_{name}.png")

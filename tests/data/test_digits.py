@@ -77,3 +77,14 @@ def test_server_fraction_must_be_strictly_between_0_and_1(bad):
 def test_unknown_key_rejected():
     with pytest.raises(ConfigError, match="data.num_client"):
         build(num_client=3)
+
+
+def test_data_seed_fixes_one_task_across_run_seeds():
+    """``data_seed`` (FedGS's protocol: one generated task, seeds drive sampling and training): the same
+    partition, local splits and server test set whatever the run seed; unset, each run seed has its own."""
+    opts = {"num_clients": 12, "partition": {"name": "dirichlet", "alpha": 0.3}}
+    a, b = build(1, data_seed=0, **opts), build(2, data_seed=0, **opts)
+    for key in ("x_train", "y_train", "train_offsets", "x_test", "test_offsets", "x_server_test"):
+        np.testing.assert_array_equal(getattr(a, key), getattr(b, key))
+    np.testing.assert_array_equal(a.y_train, build(0, **opts).y_train)  # data_seed 0 = run seed 0's task
+    assert not np.array_equal(build(1, **opts).train_offsets, build(2, **opts).train_offsets)

@@ -37,6 +37,10 @@ Choices:
   counted as waste by the engine) — the baseline the stale rules are compared with.
 * ``adapt_scale_coff`` (accuracy-driven adaptation of c) is not implemented: the server rule does not
   see accuracy.
+* ``server_optimizer: {name: yogi, ...}`` applies REFL's YoGi (or Adam) server step
+  (:class:`~turnout.algorithms.server_optim.AdaptiveStep`) to the staleness-weighted aggregate instead of
+  ``η_g ·`` aggregate: ``x_{t+1} = x_t + step(Σ w u)`` (REFL §5.1 uses YoGi for every benchmark but CIFAR-10).
+  Its own ``server_lr`` is the step size; the rule's ``server_lr`` must then stay 1. Default ``none``.
 """
 
 from __future__ import annotations
@@ -46,15 +50,24 @@ from typing import Literal, Optional
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ..config.limits import MAX_ROUNDS, MAX_SCALE
 from ..state import Stateful
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import ServerLRConfig
+from .server_optim import AdaptiveServerConfig, AdaptiveStep
 
 #: ``max_staleness`` used when there is no bound (the engine compares ``round − origin ≤ max_staleness``).
 UNBOUNDED = 2**62
+
+
+class StaleServerOptimizer(AdaptiveServerConfig):
+    """The adaptive server step applied to the stale-aware aggregate (``name: none`` = plain ``η_g`` step)."""
+
+    name: Literal["none", "adam", "yogi"] = Field(
+        "none", description="none: x ← x + η_g·aggregate; yogi / adam: the FedYogi / FedAdam server step on the "
+                            "aggregate (REFL: yogi with init fedscale, server_lr 3e-3, tau 1e-8, beta2 0.99)")
 
 
 class StaleAwareConfig(ServerLRConfig):
@@ -73,6 +86,17 @@ class StaleAwareConfig(ServerLRConfig):
     combine: Literal["deltas", "models"] = Field(
         "deltas", description="deltas: stale deltas applied to the current model (paper); models: average full "
                               "local models x_origin + Δ (REFL code's send_delta = 0)")
+    server_optimizer: StaleServerOptimizer = Field(
+        default_factory=StaleServerOptimizer,
+        description="adaptive server step on the aggregate: {name: none | yogi | adam, server_lr, beta1, beta2, tau, "
+                    "init}; default none")
+
+    @model_validator(mode="after")
+    def _one_step_size(self):
+        if self.server_optimizer.name != "none" and (self.server_lr != 1.0 or self.server_lr_decay != 1.0):
+            raise ValueError("with a server_optimizer the step size is server_optimizer.server_lr; leave "
+                             "server_lr and server_lr_decay at 1")
+        return self
 
 
 def staleness_factors(rule: str, staleness: np.ndarray, deviation: np.ndarray | None = None, beta: float = 0.35,
@@ -132,7 +156,7 @@ class StaleAware(Algorithm):
 
     Config = StaleAwareConfig
 
-    state_attrs = ("pending", "history")
+    state_attrs = ("pending", "history", "opt")
     scratch_attrs = ("last_stale_factor_mean", "last_deviation")
 
     def __init__(self, cfg: StaleAwareConfig, ctx: AlgorithmContext):
@@ -141,6 +165,8 @@ class StaleAware(Algorithm):
         self.max_staleness = UNBOUNDED if cfg.max_staleness is None else int(cfg.max_staleness)
         self.pending = _Pending(ctx.dim)
         self.history: dict[int, torch.Tensor] = {}  # origin round → model (combine: models)
+        opt = cfg.server_optimizer
+        self.opt = AdaptiveStep(opt, opt.name) if opt.name != "none" else None
         self.last_stale_factor_mean = math.nan
         self.last_deviation = np.zeros(0)
 
@@ -218,6 +244,8 @@ class StaleAware(Algorithm):
         agg = torch.as_tensor(w, dtype=u.dtype) @ u
         if cfg.combine == "models":
             agg = agg - (global_params if reports.normalize else float(w.sum()) * global_params)
+        if self.opt is not None:
+            return global_params + self.opt.step(round, agg)
         return global_params + cfg.server_lr_at(round) * agg
 
     def round_metrics(self) -> dict[str, object]:

@@ -54,5 +54,5 @@ class DigitsDataset:
         images, labels = load_digits(return_X_y=True)
         x = (images.astype(np.float32) / np.float32(16.0)).reshape(-1, 1, 8, 8)
         y = labels.astype(np.int64)
-        held = server_test_mask(len(y), cfg.server_test_fraction, seed)
+        held = server_test_mask(len(y), cfg.server_test_fraction, seed if cfg.data_seed is None else cfg.data_seed)
         return split_pool("digits", x[~held], y[~held], x[held], y[held], 10, cfg, seed)

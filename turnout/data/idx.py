@@ -172,8 +172,9 @@ class _IdxDataset:
     @classmethod
     def build(cls, cfg: _IdxConfig, seed: int) -> FederatedDataset:
         path: str = cfg.path  # type: ignore[attr-defined]
-        x, y = _load_split(path, "train", cfg.limit_train, seed, "limit-train")
-        xs, ys = _load_split(path, "t10k", cfg.limit_test, seed, "limit-test")
+        data_seed = seed if cfg.data_seed is None else cfg.data_seed
+        x, y = _load_split(path, "train", cfg.limit_train, data_seed, "limit-train")
+        xs, ys = _load_split(path, "t10k", cfg.limit_test, data_seed, "limit-test")
         if x.shape[1:] != xs.shape[1:]:
             raise DataError(f"{path}: train images are {x.shape[2:]} but t10k images are {xs.shape[2:]}")
         return split_pool(cls.name, x, y, xs, ys, 10, cfg, seed)

@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 from .. import rng as rngmod
 from ..config.base import StrictModel
 from ..config.components import validate_component
-from ..config.limits import MAX_CLIENTS
+from ..config.limits import MAX_CLIENTS, MAX_SEED
 from .federated import DataFootprint, FederatedDataset, group_by_client, offsets_from_counts
 from .registry import PARTITIONERS
 
@@ -30,6 +30,10 @@ class PooledSplitConfig(StrictModel):
                                       "{name: ..., options}; see `turnout list data.partition`")
     client_test_fraction: float = Field(0.1, ge=0.0, lt=1.0, description="share of each client's rows kept as "
                                         "its local test part")
+    data_seed: int | None = Field(None, ge=0, le=MAX_SEED,
+                                  description="seed of the data: the partition, the local train/test split (and "
+                                              "digits' server test split, IDX subsets); default: the run seed (a "
+                                              "fixed value keeps one task across seeds, as FedGS does)")
 
     @model_validator(mode="after")
     def _check_partition(self):
@@ -53,6 +57,7 @@ def pooled_footprint(cfg: PooledSplitConfig, rows: int, input_shape: tuple[int, 
 def split_pool(name: str, x: np.ndarray, y: np.ndarray, x_server_test: np.ndarray, y_server_test: np.ndarray,
                num_classes: int, cfg: PooledSplitConfig, seed: int, extras: dict | None = None) -> FederatedDataset:
     """Partition ``(x, y)`` over ``cfg.num_clients`` clients and carve each client's local test part."""
+    seed = seed if cfg.data_seed is None else cfg.data_seed
     part_cls, part_cfg = validate_component(PARTITIONERS, cfg.partition, "partition")
     client_of_row = part_cls.assign(part_cfg, y, cfg.num_clients, rngmod.stream(seed, "partition"))
     order, offsets = group_by_client(client_of_row, cfg.num_clients)

@@ -43,3 +43,9 @@ class WirePricer:
 
     def download_s(self, clients: np.ndarray, down: np.ndarray) -> np.ndarray:
         return down / self.population.devices.down_bytes_per_s[clients]
+
+    def compute_s(self, clients: np.ndarray, samples: np.ndarray) -> np.ndarray:
+        return samples * self.population.devices.compute_s_per_sample[clients]
+
+    def upload_s(self, clients: np.ndarray, up: np.ndarray) -> np.ndarray:
+        return up / self.population.devices.up_bytes_per_s[clients]
