@@ -151,23 +151,29 @@ def system_only_components(exp: ResolvedExperiment, prefix: str) -> None:
                                                                  f"training (--no-train) use one of: {', '.join(ok)}")
 
 
-def loggers_installed(exp: ResolvedExperiment, prefix: str) -> None:
-    """A logger whose package is missing is refused before any work, with the extra that installs it."""
-    for i, comp in enumerate(exp.loggers):
+def _missing(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):  # a broken or blocked install counts as missing
+        return True
+
+
+def extras_installed(exp: ResolvedExperiment, prefix: str) -> None:
+    """A component whose optional package is missing (a logger's, the Ray executor's) is refused before any
+    work, with the extra that installs it (``requires``: ``(module, extra)`` pairs on the class)."""
+    chosen = [(f"{prefix}executor.name", exp["executor"])]
+    chosen += [(f"{prefix}loggers[{i}].name", comp) for i, comp in enumerate(exp.loggers)]
+    for key, comp in chosen:
         for module, extra in getattr(comp.cls, "requires", ()):
-            try:
-                missing = importlib.util.find_spec(module) is None
-            except (ImportError, ValueError):  # a broken or blocked install counts as missing
-                missing = True
-            if missing:
-                raise ConfigError(f"{prefix}loggers[{i}].name", comp.name,
-                                  f"needs {module}, which is not installed: pip install 'turnout[{extra}]'")
+            if _missing(module):
+                raise ConfigError(key, comp.name, f"needs {module}, which is not installed: "
+                                                  f"pip install 'turnout[{extra}]'")
 
 
 #: Combinations refused at validation because they would run but silently break an algorithm (or cannot run).
 RULES: tuple[Callable[[ResolvedExperiment, str], None], ...] = (
     compressor_accepts_upload, plain_sgd_for_inverting_rules, executor_trains_model_exactly, system_only_components,
-    loggers_installed)
+    extras_installed)
 
 
 class _Catalogue:

@@ -4,7 +4,6 @@ import copy
 import json
 
 import pytest
-import torch
 
 from turnout.cli import main
 from turnout.composition import expand, registries
@@ -27,8 +26,8 @@ def test_vectorized_refuses_batchnorm_models_naming_executor_and_model(model):
         expand(cfg({"name": model}, {"name": "vectorized"}))
     assert err.value.key == "executor.name" and err.value.value == "vectorized"
     assert f"cannot keep {model}'s per-client BatchNorm running statistics exactly" in str(err.value)
-    assert "use one of: auto, parallel, sequential" in str(err.value)
-    for ok in ("sequential", "parallel", "auto"):
+    assert "use one of: auto, parallel, ray, sequential" in str(err.value)
+    for ok in ("sequential", "parallel", "ray", "auto"):
         expand(cfg({"name": model}, {"name": ok}))
 
 
@@ -47,7 +46,7 @@ def test_refusal_is_one_cli_line(tmp_path, capsys):
     assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["turnout: error: executor.name = 'vectorized': cannot keep mobilenet_v2's per-client BatchNorm "
-                   "running statistics exactly; use one of: auto, parallel, sequential"]
+                   "running statistics exactly; use one of: auto, parallel, ray, sequential"]
     assert not (tmp_path / "out").exists()
 
 

@@ -9,7 +9,7 @@ bytes. Usable only with ``no_train: true`` (``--no-train``): there is nothing to
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -56,15 +56,13 @@ class PopulationDataset:
     class Config(StrictModel):
         num_clients: int = Field(1000, ge=1, le=MAX_CLIENTS, description="clients in the population")
         sizes: SizesConfig = Field(default_factory=SizesConfig, description="samples per client")
-        input_shape: list[int] = Field([60], min_length=1, max_length=4,
-                                       description="shape of one input: the model is built for it to count its "
-                                                   "parameters (bytes on the wire)")
+        input_shape: list[Annotated[int, Field(ge=1, le=MAX_FEATURES)]] = Field(
+            [60], min_length=1, max_length=4,
+            description="shape of one input: the model is built for it to count its parameters (bytes on the wire)")
         num_classes: int = Field(10, ge=2, le=MAX_CLASSES, description="outputs of the model")
 
         @model_validator(mode="after")
         def _consistent(self):
-            if any(not 1 <= d <= MAX_FEATURES for d in self.input_shape):
-                raise ConfigError("input_shape", self.input_shape, f"each size must be in [1, {MAX_FEATURES:,}]")
             if self.sizes.min > self.sizes.max:
                 raise ConfigError("sizes.min", self.sizes.min, f"must be <= sizes.max ({self.sizes.max})")
             if self.sizes.low > self.sizes.high:

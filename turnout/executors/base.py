@@ -45,5 +45,5 @@ class Executor(ABC):
         """Entries for the run's ``summary.json`` (what an automatic choice picked). Default: none."""
         return {}
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a hook with a default, not an abstract method
         """Release workers (process pools). Default: nothing to release."""

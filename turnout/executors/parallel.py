@@ -18,7 +18,6 @@ at the end. A worker that dies or fails stops the run with one line saying which
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import os
 import pickle
@@ -32,16 +31,13 @@ from pydantic import Field
 from ..algorithms.base import Algorithm
 from ..config.base import StrictModel
 from ..data.federated import FederatedDataset
-from ..errors import TurnoutError
-from ..errors import ConfigError
+from ..errors import ConfigError, TurnoutError
 from ..training.local_sgd import LocalTrainer
 from . import worker as worker_module
 from .base import EXECUTORS, ClientBatch, CohortResult, Executor
+from .cohort import InOrderUpdates, chunk_size, empty_result, prepare
 from .shared import SharedDir
 
-#: a free worker gets ceil(remaining clients / (workers · SHARE)) of them (guided self-scheduling):
-#: big chunks first for few messages, single clients at the end so no worker idles long
-SHARE = 2
 #: seconds a stopping worker gets before it is terminated
 STOP_TIMEOUT_S = 5.0
 
@@ -184,36 +180,21 @@ class ParallelExecutor(Executor):
         if trainer.device.type != "cpu":
             raise ConfigError("executor.name", "parallel", f"trains in CPU worker processes, but runtime.device is "
                                                            f"{trainer.device}; use vectorized or sequential there")
-        clients, k = batch.clients.tolist(), len(batch.clients)
-        g = batch.global_params
+        k, g = len(batch.clients), batch.global_params
         dim = g.numel()
         if k == 0:  # nobody to train: no reason to start the pool
-            return CohortResult(torch.empty((0, dim), dtype=g.dtype), np.zeros(0), np.zeros(0, np.int64), [])
-        starts = [algorithm.client_start(c, g) for c in clients]
-        objectives = [algorithm.local_objective(c, s) for c, s in zip(clients, starts)]
+            return empty_result(batch)
+        clients, starts, objectives = prepare(batch, algorithm)
         if self.pool is None:
             self.pool = WorkerPool(self.workers)
         pool = self.pool
-        losses, samples = np.zeros(k), np.zeros(k, dtype=np.int64)
-        buffers: list[dict] = [{}] * k
-        updates = torch.empty((k, dim), dtype=g.dtype)
-        arrived: dict[int, bool] = {}  # row → has a gradient sum, for rows trained but not yet updated
-        done = 0
+        cohort = InOrderUpdates(algorithm, clients, starts, dim, g.dtype)
 
         def collect(replies: list[tuple]) -> None:
-            """Record replies; run ``client_update`` in client order as far as end points are in."""
-            nonlocal done
             for row, mean_loss, n, has_grad, bufs in replies:
-                losses[row], samples[row], buffers[row] = mean_loss, n, bufs
-                arrived[row] = has_grad
-            while done in arrived:
-                row = done
                 end = torch.from_numpy(np.array(pool.board["end"][row]))  # copies: the board is reused
-                grad = torch.from_numpy(np.array(pool.board["grad"][row])) if arrived.pop(row) else None
-                update = algorithm.client_update(clients[row], starts[row], end, grad_sum=grad)
-                # A report of the wrong shape is kept as NaN so the engine rejects it before aggregation.
-                updates[row] = update.reshape(-1) if update.numel() == dim else float("nan")
-                done += 1
+                grad = torch.from_numpy(np.array(pool.board["grad"][row])) if has_grad else None
+                cohort.arrive(row, mean_loss, n, bufs, end, grad)
 
         try:
             pool.prepare(trainer, data, k, dim, g.dtype)
@@ -234,7 +215,7 @@ class ParallelExecutor(Executor):
         except BaseException:
             self.close()  # a failed pool is not reused
             raise
-        return CohortResult(updates=updates, losses=losses, samples=samples, buffers=buffers)
+        return cohort.result()
 
     def _train(self, pool: WorkerPool, batch: ClientBatch, tasks: list[tuple], collect) -> None:
         """Hand tasks out to whichever worker is free, in shrinking chunks; pass replies to ``collect``.
@@ -246,7 +227,7 @@ class ParallelExecutor(Executor):
         pending: dict[int, str] = {}
 
         def hand_out(i: int) -> None:
-            size = max(1, math.ceil(len(todo) / (workers * SHARE)))
+            size = chunk_size(len(todo), workers)
             chunk = [todo.pop() for _ in range(min(size, len(todo)))]
             what = f"training round {batch.round}'s clients {[t[1] for t in chunk]}"
             pool.send(i, ("train", batch.round, batch.seed, batch.lr, batch.buffers, chunk), what)

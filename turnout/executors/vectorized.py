@@ -19,6 +19,7 @@ select a layer without a ``vmap`` batching rule (``char_lstm``'s fused ``nn.LSTM
 from __future__ import annotations
 
 import math
+
 import numpy as np
 import torch
 from pydantic import Field

@@ -21,9 +21,9 @@ import traceback
 import numpy as np
 import torch
 
-from .. import rng as rngmod
 from ..models.flat import FlatModel
 from ..training.local_sgd import LocalObjective, LocalTrainer
+from .cohort import train_client
 
 
 class WorkerState:
@@ -57,9 +57,8 @@ class WorkerState:
             start = torch.from_numpy(np.array(board["start"][start_row]))
             offset = torch.from_numpy(np.array(board["offset"][row])) if has_offset else None
             objective = LocalObjective(offset=offset, scale=scale, prox_mu=prox_mu, freeze=freeze)
-            a, b = int(self.offsets[client]), int(self.offsets[client + 1])
-            res = self.trainer.train(start, buffers, self.x[a:b], self.y[a:b], steps, lr,
-                                     rngmod.stream(seed, "batches", round, client), objective=objective)
+            res = train_client(self.trainer, self.x, self.y, self.offsets, round, seed, lr, buffers, client, steps,
+                               start, objective)
             board["end"][row] = res.params.numpy()
             if res.grad_sum is not None:
                 board["grad"][row] = res.grad_sum.numpy()

@@ -1,0 +1,148 @@
+"""The Ray executor on a local Ray: bitwise the sequential executor's numbers, a lost actor changes nothing.
+
+The default suite runs one algorithm per kind of client-side hook (plain, proximal term, correction
+offset, gradients at the start point, a client's own start point) and two compressors; ``-m slow``
+runs the full algorithm × compressor product and the local-training options (each case starts its
+actors: about 10 s on 2 cores).
+"""
+
+import copy
+import subprocess
+import sys
+
+import pytest
+from test_executor_equivalence import (
+    TRAIN_CASES,
+    algorithm_compressor_pairs,
+    assert_identical,
+    config,
+    reference,
+    refused,
+    run_with,
+)
+
+from turnout.composition import expand, registries
+from turnout.errors import ConfigError
+from turnout.executors.parallel import WorkerError
+from turnout.executors.ray_actors import RayExecutor, RayExecutorConfig
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray for the module, stopped at the end: 8 logical CPUs, so the module's executor and a
+    test's own can hold actors at once (Ray counts slots, not cores)."""
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_executor(local_ray):
+    """One executor (two actors) for the module: each simulation sends it its model and data."""
+    ex = RayExecutor(RayExecutorConfig(actors=2))
+    yield ex
+    ex.close()
+
+
+#: one algorithm per kind of client hook, and compressors with client-side state (error feedback, GlueFL's mask)
+DEFAULT_PAIRS = [("fedavg", "none"), ("fedprox", "none"), ("scaffold", "none"), ("fedsum_b", "none"),
+                 ("fedawe", "none"), ("fedavg", "topk"), ("fedavg", "gluefl")]
+
+
+def default_pairs():
+    for a, c in DEFAULT_PAIRS:
+        assert a in registries()["algorithm"].names() and c in registries()["compressor"].names()
+        assert not refused(config(a, c)), (a, c)
+    return [pytest.param(a, c, id=f"{a}-{c}") for a, c in DEFAULT_PAIRS]
+
+
+@pytest.mark.parametrize("algorithm,compressor", default_pairs())
+def test_ray_is_bitwise_sequential(algorithm, compressor, simulate, build_simulation, ray_executor):
+    raw = config(algorithm, compressor)
+    assert_identical(run_with(build_simulation, raw, ray_executor), reference(simulate, raw))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm,compressor", algorithm_compressor_pairs())
+def test_ray_is_bitwise_sequential_every_pair(algorithm, compressor, simulate, build_simulation, ray_executor):
+    raw = config(algorithm, compressor)
+    assert_identical(run_with(build_simulation, raw, ray_executor), reference(simulate, raw))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(TRAIN_CASES))
+def test_training_options_ray(case, simulate, build_simulation, ray_executor):
+    algorithm, train = TRAIN_CASES[case]
+    raw = config(algorithm, **train)
+    assert_identical(run_with(build_simulation, raw, ray_executor), reference(simulate, raw))
+
+
+def test_actors_are_made_once_and_a_lost_actor_is_restarted_without_changing_a_number(simulate, build_simulation,
+                                                                                         local_ray):
+    raw = {**config("scaffold"), "rounds": 4}
+    ex = RayExecutor(RayExecutorConfig(actors=2, max_restarts=2))
+    sim = build_simulation(raw, components={"executor": ex})
+    try:
+        rows = sim.advance(until=2)
+        actors = list(ex.actors)
+        assert len(actors) == 2
+        ray.kill(actors[0], no_restart=False)  # as if its node went away; Ray restarts it
+        rows += sim.advance()
+        assert ex.actors == actors  # the same handles: made once, restarted by Ray, not by us
+        again = build_simulation(raw, components={"executor": ex})  # a second simulation, the same actors
+        assert_identical(again.result(again.advance()), reference(simulate, raw)) and ex.actors == actors
+        assert_identical(sim.result(rows), reference(simulate, raw))
+        assert sim.executor.summary() == {"ray_actors": 2}
+    finally:
+        sim.close()
+    assert ex.actors == []
+
+
+def test_an_actor_that_cannot_come_back_is_one_line(build_simulation, local_ray):
+    ex = RayExecutor(RayExecutorConfig(actors=1, max_restarts=0))
+    sim = build_simulation({**config(), "rounds": 3}, components={"executor": ex})
+    try:
+        sim.advance(until=1)
+        ray.kill(ex.actors[0], no_restart=True)
+        with pytest.raises(WorkerError, match=r"^executor.ray: actor 0 was lost while training round 1's clients "
+                                              r"\[.*\] and could not be restarted .*raise executor.max_restarts"):
+            sim.advance()
+        assert ex.actors == []  # a failed set of actors is not reused
+    finally:
+        sim.close()
+
+
+def test_default_actor_count_fills_the_free_slots(local_ray):
+    free = ray.available_resources()["CPU"]
+    assert RayExecutor(RayExecutorConfig())._default_actors(ray) == int(free) >= 2
+    assert RayExecutor(RayExecutorConfig(cpus_per_actor=0.5))._default_actors(ray) == int(2 * free)
+    assert RayExecutor(RayExecutorConfig(cpus_per_actor=100))._default_actors(ray) == 1
+
+
+def test_gpu_shares_beyond_the_cluster_are_refused(local_ray):
+    ex = RayExecutor(RayExecutorConfig(gpus_per_actor=0.5))
+    with pytest.raises(ConfigError) as err:
+        ex._default_actors(ray)
+    assert err.value.key == "executor.gpus_per_actor" and "the Ray cluster has 0 free GPUs" in str(err.value)
+
+
+def test_options_are_checked_at_validation():
+    for bad in ({"actors": 0}, {"cpus_per_actor": 0}, {"gpus_per_actor": -1}, {"bogus": 1}):
+        with pytest.raises(ConfigError) as err:
+            expand(config(executor={"name": "ray", **bad}))
+        assert err.value.key == f"executor.{next(iter(bad))}"
+
+
+def test_without_ray_the_executor_is_refused_at_validation_naming_the_extra(tmp_path):
+    raw = copy.deepcopy(config(executor="ray"))
+    code = ("import sys; sys.modules['ray'] = None\n"
+            "from turnout.composition import expand\nfrom turnout.errors import ConfigError\n"
+            f"try:\n    expand({raw!r})\nexcept ConfigError as e:\n    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip() == ("executor.name = 'ray': needs ray, which is not installed: "
+                                "pip install 'turnout[ray]'"), r.stderr
