@@ -904,6 +904,66 @@ def capacity_entry(draw, links: bool) -> dict:
     return out
 
 
+class ForgedDtype:
+    """Pickles as ``numpy.dtype(spec, False, True)`` followed by ``state``, whatever that state says."""
+
+    def __init__(self, spec: str, state: tuple):
+        self.spec, self.state = spec, state
+
+    def __reduce__(self):
+        return np.dtype, (self.spec, False, True), self.state
+
+
+class ForgedScalar:
+    """Pickles as numpy's scalar reconstructor called with a :class:`ForgedDtype` and some bytes."""
+
+    def __init__(self, dtype: ForgedDtype, data: bytes):
+        self.dtype, self.data = dtype, data
+
+    def __reduce__(self):
+        from numpy._core.multiarray import scalar
+
+        return scalar, (self.dtype, self.data)
+
+
+#: What each entry of numpy's dtype state (version, byte order, subarray, names, fields, item size,
+#: alignment, flags) is replaced with.
+STATE_VALUES = {
+    1: ["<", ">", "|", "=", "x", 5],
+    2: [None, (np.dtype("f8"), (2,)), (np.dtype("f8"), (10**9,)), (np.dtype("O"), (1,))],
+    3: [None, ("a",), ("a", "b"), ()],
+    4: [None, {"a": (np.dtype("f8"), 0)}, {"a": (np.dtype("O"), 0)}, {"a": (np.dtype("f8"), 100)},
+        {"a": (np.dtype("f8"), -8)}, {"a": (np.dtype("V8"), 0, "a")}],
+    5: [-5, -1, 0, 1, 4, 8, 2**40], 6: [-1, 0, 1, 3, 4, 8], 7: [0, 1, 8, 16, 0xFF],
+}
+
+
+@st.composite
+def forged_scalars(draw) -> ForgedScalar:
+    """A numpy scalar as a pickle spells it, with its dtype's pickled state changed: a few entries of a
+    plain type's state, or the names and fields of a structured one (fields that the names lack, object
+    fields, offsets beyond the item size)."""
+    if draw(st.booleans()):
+        spec = draw(st.sampled_from(["f8", ">f8", "f4", "i8", "b1", "U3", "S4", "V8", "O", "M8[s]", "c16"]))
+        state = list(np.dtype(spec).__reduce__()[2])
+        for i in draw(st.lists(st.sampled_from(sorted(STATE_VALUES)), max_size=3, unique=True)):
+            state[i] = copy.deepcopy(draw(st.sampled_from(STATE_VALUES[i])))  # shared, it would be a memo GET
+        if draw(one_in(8)):
+            state.append(draw(st.sampled_from([{}, None, {"a": 1}])))  # numpy's metadata entry
+        size = np.dtype(spec).itemsize
+    else:
+        size = draw(st.sampled_from([8, 12, 16]))
+        spec = f"V{size}"
+        names = draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True))
+        fields = {n: (draw(st.sampled_from([np.dtype("f8"), np.dtype("i4"), np.dtype("O"), np.dtype("V8")])),
+                      draw(st.sampled_from([0, 4, 8, 100, -8])))
+                  for n in draw(st.lists(st.sampled_from(["a", "b", "c"]), max_size=3, unique=True))}
+        state = [3, "|", None, tuple(names), fields, draw(st.sampled_from([size, -1, 0, 2**40])), 1,
+                 draw(st.sampled_from([0, 16, 0xFF]))]
+    data = draw(st.one_of(st.builds(lambda: bytes(bytearray(b"\x01" * size))), st.binary(max_size=24)))
+    return ForgedScalar(ForgedDtype(spec, tuple(state)), data)
+
+
 def odd_values() -> st.SearchStrategy:
     return st.one_of(
         st.sampled_from([None, True, False, 0, -1, -5, 10**400, -(10**400), 2**63, 2**64, 1e308, 5e-324,
@@ -912,7 +972,8 @@ def odd_values() -> st.SearchStrategy:
                          np.float64(7.0), np.int64(7), np.float32(np.nan), np.bool_(True), np.int8(-3),
                          np.uint64(2**64 - 1), np.float16(65504), np.longdouble(1.5), np.str_("SM"),
                          np.zeros(1, dtype=[("a", "f8"), ("b", "i4")])[0]]),
-        st.integers(-(2**80), 2**80), st.floats(), st.lists(st.integers(-10, 10**6), max_size=6), TEXT)
+        st.integers(-(2**80), 2**80), st.floats(), st.lists(st.integers(-10, 10**6), max_size=6), TEXT,
+        forged_scalars(), forged_scalars())
 
 
 @st.composite
@@ -926,7 +987,8 @@ def fedscale_pickles(draw) -> dict:
     obj = {k: behaviour_entry(draw) if kind == "behavior" else capacity_entry(draw, links) for k in keys}
     notes = [kind]
     for _ in range(draw(st.sampled_from([0, 0, 1, 2, 3]))):
-        op = draw(st.sampled_from(["value", "value", "key", "drop", "extra", "share", "nest", "top", "lengths"]))
+        op = draw(st.sampled_from(["value", "value", "forge", "forge", "forge", "key", "drop", "extra", "share", "nest",
+                                   "top", "lengths"]))
         entry_key = draw(st.sampled_from(list(obj))) if obj else None
         entry = obj.get(entry_key) if entry_key is not None else None
         if op == "top":
@@ -943,6 +1005,15 @@ def fedscale_pickles(draw) -> dict:
             else:
                 entry[f] = draw(odd_values())
             notes.append(f"{f} odd")
+        elif op == "forge":  # a number becomes a numpy scalar whose dtype's pickled state was changed
+            numbers = [f for f in ("finish_time", "computation", "communication", "active", "inactive") if f in entry]
+            if numbers:
+                f = draw(st.sampled_from(numbers))
+                if isinstance(entry[f], list) and entry[f]:
+                    entry[f][draw(st.integers(0, len(entry[f]) - 1))] = draw(forged_scalars())
+                elif not isinstance(entry[f], list):
+                    entry[f] = draw(forged_scalars())
+                notes.append(f"{f}: forged numpy scalar")
         elif op == "key":
             obj[draw(st.one_of(st.sampled_from([None, 1.5, (1, 2), frozenset([1]), True, -1, 2**70, "", "x" * 300,
                                                  b"k", "1" * 5000]), TEXT))] = obj.pop(entry_key)
@@ -965,7 +1036,8 @@ def fedscale_pickles(draw) -> dict:
         elif op == "lengths" and kind == "behavior":
             entry["active"] = list(entry.get("active", [])) + [draw(st.integers(0, 100))]
             notes.append("active longer than inactive")
-    protocol = draw(st.integers(0, pickle.HIGHEST_PROTOCOL))
+    # numpy scalars need protocol 3 or later (older ones spell their bytes through _codecs.encode, refused)
+    protocol = draw(st.integers(3 if any("numpy" in n for n in notes) else 0, pickle.HIGHEST_PROTOCOL))
     try:
         data = pickle.dumps(obj, protocol=protocol)
     except (pickle.PicklingError, RecursionError, TypeError, ValueError) as exc:
