@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from turnout.errors import DataError
-from turnout.traces import AvailabilityTrace, format as fmt, load_trace, save_trace
-from turnout.traces import fedscale
+from turnout.traces import AvailabilityTrace, fedscale, load_trace, save_trace
+from turnout.traces import format as fmt
 from turnout.traces.fedscale import behavior_from_dict, capacity_from_dict, safe_unpickle
 from turnout.traces.format import TraceError, TraceFileError
 
@@ -176,6 +176,39 @@ class _ObjectFieldScalar:
         from numpy._core.multiarray import scalar
 
         return scalar, (np.dtype([("a", "O")]), bytes(8))
+
+
+class _ForgedDtype:
+    """Pickles as ``numpy.dtype(spec, False, True)`` followed by ``state`` (BUILD), whatever the state says."""
+
+    def __init__(self, spec: str, state: tuple):
+        self.spec, self.state = spec, state
+
+    def __reduce__(self):
+        return np.dtype, (self.spec, False, True), self.state
+
+
+class _ForgedScalar:
+    def __init__(self, dtype: _ForgedDtype, data: bytes):
+        self.dtype, self.data = dtype, data
+
+    def __reduce__(self):
+        from numpy._core.multiarray import scalar
+
+        return scalar, (self.dtype, self.data)
+
+
+def forged_scalar(spec: str, state: tuple, data: bytes = b"\x01" * 8) -> bytes:
+    """A behaviour pickle whose active[0] is numpy's scalar of a dtype given a forged state (found by
+    tests/fuzz: numpy's ``dtype.__setstate__`` trusts the state, and the scalar then crashes or reads
+    outside its 8 bytes)."""
+    return pickle.dumps(entry(_ForgedScalar(_ForgedDtype(spec, state), data)), protocol=4)
+
+
+#: numpy's dtype state: (version, byte order, subarray, names, fields, item size, alignment, flags).
+OBJECT_FIELD_STATE = (3, "|", None, ("a",), {"a": (np.dtype("O"), 0)}, 8, 1, 16)  # segfault
+MISSING_FIELD_STATE = (3, "|", None, ("a", "b"), {"a": (np.dtype("f8"), 0)}, 8, 1, 16)  # segfault
+OUTSIDE_FIELD_STATE = (3, "|", None, ("a",), {"a": (np.dtype("f8"), 100)}, 8, 1, 16)  # reads bytes 100-108 of 8
 
 
 def entry(active) -> dict:
@@ -378,8 +411,8 @@ def test_opcodes_plain_data_never_needs(tmp_path, opcodes, name):
 def test_huge_ints_and_odd_numbers_are_one_line(tmp_path):
     import_refused(pkl(tmp_path, pickle.dumps(entry(10**400))), "active[0] = <int of 1329 bits>", "finite numbers")
     import_refused(pkl(tmp_path, pickle.dumps(entry(np.zeros(1, dtype=[("a", "f8"), ("b", "i4")])[0]))),
-                   "active[0] = np.void(", "finite numbers")
-    import_refused(pkl(tmp_path, pickle.dumps(entry(_ObjectFieldScalar()))), "not a readable pickle (RuntimeError")
+                   "not a readable pickle (UnpicklingError: refused numpy dtype 'V12' (plain numbers and text only))")
+    import_refused(pkl(tmp_path, pickle.dumps(entry(_ObjectFieldScalar()))), "refused numpy dtype 'V8'")
     behave = {1: {"active": [1], "inactive": [2], "finish_time": 10**400}}
     with pytest.raises(DataError, match=r"finish_time = <int of 1329 bits> is not a finite number"):
         behavior_from_dict(behave)
@@ -390,6 +423,31 @@ def test_huge_ints_and_odd_numbers_are_one_line(tmp_path):
         capacity_from_dict({10**400: {"computation": 1.0, "communication": 2.0}})
     with pytest.raises(DataError, match=r"computation = <int of 1329 bits>"):
         capacity_from_dict({1: {"computation": 10**400, "communication": 2.0}})
+
+
+def test_forged_dtype_states_are_refused(tmp_path):
+    """Only plain dtypes, with the state numpy writes for them (in either byte order), are rebuilt."""
+    import_refused(pkl(tmp_path, forged_scalar("V8", OUTSIDE_FIELD_STATE)), "refused numpy dtype 'V8'")
+    fields = (3, "<", None, ("a",), {"a": (np.dtype("f8"), 100)}, -1, -1, 0)  # a plain spec, a structured state
+    import_refused(pkl(tmp_path, forged_scalar("f8", fields)), "refused numpy dtype state (3, '<', None, ('a',),")
+    import_refused(pkl(tmp_path, forged_scalar("U3", (3, "<", None, None, None, 4, 4, 8), b"\x01" * 4)),
+                   "refused numpy dtype state")  # U3 with the item size of U1: numpy's SystemError
+    for data in (b"\x00\xd8\x00\x00", b"\x01\x01\x01\x01"):  # a surrogate, a code point beyond U+10FFFF
+        import_refused(pkl(tmp_path, forged_scalar("U1", np.dtype("U1").__reduce__()[2], data)),
+                       "not a readable pickle (UnicodeDecodeError")
+    import_refused(pkl(tmp_path, forged_scalar("f8", np.dtype("f8").__reduce__()[2], b"\x01" * 9)),
+                   "refused a numpy scalar that is not a plain number or text of its dtype's size")
+
+
+def test_numpy_scalars_of_either_byte_order_still_import(tmp_path):
+    behave = {1: {"active": [np.float64(2.0), np.dtype(">f8").type(4.0)], "inactive": [np.int32(3), np.uint16(5)],
+                  "finish_time": np.array(10.0, ">f8")[()], "model": np.str_("SM-G960F")},
+              2: {"active": [np.float32(1.5)], "inactive": [np.float16(2.5)], "finish_time": np.int64(10),
+                  "model": np.array("Pixel", ">U5")[()]}}
+    for protocol in (3, 4, 5):
+        tr = fedscale.import_fedscale_behavior(pkl(tmp_path, pickle.dumps(behave, protocol=protocol)))
+        assert tr.intervals(0).tolist() == [[2, 3], [4, 5]] and tr.intervals(1).tolist() == [[1.5, 2.5]]
+        assert tr.period_s.tolist() == [10, 10] and tr.model.tolist() == ["SM-G960F", "Pixel"]
 
 
 def test_long_values_are_shown_bounded(tmp_path):
@@ -479,7 +537,11 @@ PICKLE_CASES = {
     "10**400": ("behavior", lambda: pickle.dumps(entry(10**400)), "active[0] = <int of 1329 bits>"),
     "10**400 capacity": ("capacity", lambda: pickle.dumps({1: {"computation": 10**400, "communication": 1.0}}),
                          "computation = <int of 1329 bits>"),
-    "structured scalar": ("capacity", lambda: pickle.dumps(entry(_ObjectFieldScalar())), "RuntimeError"),
+    "structured scalar": ("capacity", lambda: pickle.dumps(entry(_ObjectFieldScalar())), "refused numpy dtype 'V8'"),
+    "dtype state with an object field": ("behavior", lambda: forged_scalar("V8", OBJECT_FIELD_STATE),
+                                         "refused numpy dtype 'V8'"),
+    "dtype state naming a field it lacks": ("behavior", lambda: forged_scalar("V8", MISSING_FIELD_STATE),
+                                            "refused numpy dtype 'V8'"),
     "hash bomb": ("behavior", hash_bomb, "references one container from several places"),
 }
 

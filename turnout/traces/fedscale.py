@@ -5,7 +5,8 @@ This is the **only** module of turnout that unpickles, and only when a user runs
 :class:`RestrictedUnpickler`: plain dicts, lists, tuples, strings and numbers build without any
 global lookup, and the only globals it will resolve are ``builtins.set``/``frozenset`` (older
 protocols, which spell them ``__builtin__`` up to protocol 2) and numpy's scalar reconstructor
-with ``numpy.dtype`` (a FedScale value may be a ``numpy.float64``); anything else —
+with ``numpy.dtype`` (a FedScale value may be a ``numpy.float64``), and those only for plain
+numbers and text with the dtype state numpy itself writes (:class:`_PlainDtype`); anything else —
 ``os.system``, ``builtins.eval``, any class — is refused before it is called. Even plain data
 can exhaust memory or time (a few hundred bytes that share one list 2**40 ways, a dict key
 whose hash never ends), so :func:`prescan` walks the opcodes first and refuses what such data
@@ -90,11 +91,61 @@ _PUT_OPS = frozenset("PUT BINPUT LONG_BINPUT".split())
 _NOOP_OPS = frozenset("PROTO FRAME".split())
 
 
+#: Kinds of numpy dtype rebuilt: bool, integers, floats, complex (numbers) and str (text).
+_PLAIN_KINDS = "biufcU"
+_numpy_scalar = np.float64(0).__reduce__()[0]  # numpy's scalar reconstructor, whatever module holds it
+
+
+class _PlainDtype:
+    """What an unpickled ``numpy.dtype`` becomes: a plain dtype that only numpy's own state can BUILD.
+
+    ``dtype.__setstate__`` trusts its state: a forged one (fields the names lack, object fields,
+    offsets beyond the item size, a wrong item size) makes the scalar built from it crash the
+    process or read outside its bytes. So the state must equal the one numpy writes for the dtype
+    in either byte order, and the dtype itself is never handed out (only scalars of it are).
+    """
+
+    __slots__ = ("dtype", "states")
+
+    def __init__(self, spec, align=False, copy=False):
+        if not isinstance(spec, str) or len(spec) > 16:
+            raise pickle.UnpicklingError(f"refused numpy dtype {shown(spec, 40)}")
+        dtype = np.dtype(spec)
+        if dtype.kind not in _PLAIN_KINDS:  # structured, subarray (kind V), object, datetime, bytes
+            raise pickle.UnpicklingError(f"refused numpy dtype {spec!r} (plain numbers and text only)")
+        self.dtype = dtype
+        self.states = [(d.__reduce__()[2], d) for d in (dtype.newbyteorder("<"), dtype.newbyteorder(">"))]
+
+    def __setstate__(self, state) -> None:
+        for want, dtype in self.states:  # compared entry by entry and type by type: 1 == True, dtype == None
+            if type(state) is tuple and len(state) == len(want) and all(
+                    type(a) is type(b) and a == b for a, b in zip(state, want)):
+                self.dtype = dtype
+                return
+        raise pickle.UnpicklingError(f"refused numpy dtype state {shown(state)} for {self.dtype.str!r}")
+
+    def __repr__(self) -> str:
+        return f"numpy.dtype({self.dtype.str!r})"
+
+
+def _plain_scalar(dtype, data=None):
+    """numpy's scalar reconstructor for a :class:`_PlainDtype` and exactly its item size of bytes;
+    text must be valid UTF-32 (numpy would build lone surrogates, or fail on code points beyond U+10FFFF)."""
+    if not isinstance(dtype, _PlainDtype) or type(data) is not bytes or len(data) != dtype.dtype.itemsize:
+        raise pickle.UnpicklingError("refused a numpy scalar that is not a plain number or text of its dtype's size")
+    if dtype.dtype.kind == "U":
+        data.decode("utf-32-be" if dtype.dtype.str[0] == ">" else "utf-32-le")
+    return _numpy_scalar(dtype.dtype, data)
+
+
 class RestrictedUnpickler(pickle.Unpickler):
-    """An unpickler that resolves no globals except a few constructors that cannot run code."""
+    """An unpickler that resolves no globals except a few constructors that cannot run code; numpy's
+    are replaced by :class:`_PlainDtype` and :func:`_plain_scalar`."""
 
     def find_class(self, module: str, name: str):
         if (module, name) in _ALLOWED_GLOBALS:
+            if module.startswith("numpy"):
+                return _PlainDtype if name == "dtype" else _plain_scalar
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"refused global {module}.{name}")
 
@@ -288,7 +339,7 @@ def safe_unpickle(path: str | os.PathLike) -> object:
 
 def _reason(exc: BaseException) -> str:
     """An exception's message, cut to 100 characters without formatting any of its other arguments."""
-    arg = exc.args[0] if exc.args else ""
+    arg = str(exc) if isinstance(exc, UnicodeError) else exc.args[0] if exc.args else ""  # args[0]: the codec
     text = " ".join(arg[:300].split()) if isinstance(arg, str) else ""
     return (text if len(text) <= 100 else text[:97] + "...") or type(exc).__name__
 
