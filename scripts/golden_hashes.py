@@ -39,7 +39,8 @@ REPRODUCE = {
         "LDF-0.7": ["availability={name: ldf, beta: 0.7}"], "MDF-0.7": ["availability={name: mdf, beta: 0.7}"]},
     "fedgs/fashion_mnist.yaml": {
         "YMF-0.9": ["availability={name: ymf, beta: 0.9}"], "YC-0.9": ["availability={name: yc, beta: 0.9}"]},
-    "fedsum/digits.yaml": {"P1-m10": ["availability={name: p1_uniform, m: 10}"], "P3-sine": ["availability={name: p3_sine}"]},
+    "fedsum/digits.yaml": {
+        "P1-m10": ["availability={name: p1_uniform, m: 10}"], "P3-sine": ["availability={name: p3_sine}"]},
     "fedsum/tune.yaml": {"P1-m10": ["availability={name: p1_uniform, m: 10}"]},
     "adaptive_ou/synthetic.yaml": {"N=50": ["selector.clients_per_round=50"]},
     "refl/fashion_mnist.yaml": {

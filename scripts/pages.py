@@ -150,7 +150,8 @@ PAGES: dict[str, Page] = {
         Slice("DL-label", 4), curve="accuracy", curve_x=("round", "cum_resource_s")),
     "refl_rules": Page(
         "REFL Fig. 10 / Fig. 19: stale-weight rules under both readings and both server steps",
-        (Setting("DL-IID", "experiments/refl/rules.yaml"), Setting("DL-label", "experiments/refl/rules.yaml", (LABEL,))),
+        (Setting("DL-IID", "experiments/refl/rules.yaml"),
+         Setting("DL-label", "experiments/refl/rules.yaml", (LABEL,))),
         ("final_accuracy", "best_accuracy", "wasted_s", "stale_per_round"), Slice("DL-label", 3), curve="accuracy"),
     "gluefl": Page(
         "GlueFL Table 2 / Fig. 5 / Fig. 9 (Fashion-MNIST, 1,000 clients, K = 30) at laptop scale",

@@ -14,4 +14,6 @@ if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     echo "note: Fashion-MNIST not installed (apt-get install dataset-fashion-mnist); its tests will be skipped"
   fi
 fi
+echo "lint first: ruff check ."
+.venv/bin/ruff check .
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

@@ -9,7 +9,8 @@ from turnout.cli import outcome_lines
 from turnout.metrics import comparison_rows, cumulate, summarize
 
 RAW = {"name": "div", "rounds": 6, "data": {"name": "synthetic", "num_clients": 12}, "model": {"name": "logreg"},
-       "train": {"batch_size": 10, "local_steps": 2, "lr": 0.05}, "selector": {"name": "uniform", "clients_per_round": 4},
+       "train": {"batch_size": 10, "local_steps": 2, "lr": 0.05},
+       "selector": {"name": "uniform", "clients_per_round": 4},
        "eval": {"every": 1, "target_accuracy": 0.05}, "output": {"progress": False}}
 
 

@@ -48,7 +48,8 @@ def test_a_page_records_commit_hash_and_slice_and_check_catches_changes(tmp_path
     # the code "changes": a recorded number differs
     stale = json.loads(json.dumps(record))
     stale["slice"]["numbers"]["K8"]["final_loss"] *= 1.01
-    out.write_text(text.replace(json.dumps(record, indent=1, sort_keys=True), json.dumps(stale, indent=1, sort_keys=True)))
+    out.write_text(text.replace(json.dumps(record, indent=1, sort_keys=True),
+                                json.dumps(stale, indent=1, sort_keys=True)))
     problems = pages.check("tiny_page", page, out)
     assert len(problems) == 1 and problems[0].startswith("K8: final_loss is")
 

@@ -159,7 +159,8 @@ def test_shakespeare_char_lstm_beats_majority_and_unigram(train):
     unigram_loss = float(-np.log(np.maximum(p[data.y_server_test], 1e-12)).mean())
     acc, loss = assert_learned(data, res, min_accuracy=0.1, min_margin=0.05)
     assert acc[-1] > 3 / data.num_classes
-    assert loss[-1] < unigram_loss - 0.2, f"final loss {loss[-1]:.3f} not below unigram cross-entropy {unigram_loss:.3f}"
+    assert loss[-1] < unigram_loss - 0.2, (
+        f"final loss {loss[-1]:.3f} not below unigram cross-entropy {unigram_loss:.3f}")
 
 
 def test_leaf_json_fixture_logreg(train):

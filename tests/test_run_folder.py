@@ -99,8 +99,10 @@ variants:
         assert a == b and len(a) == 10
     # a variant's numbers do not depend on which other variants ran with it
     alone = run(write_cfg(tmp_path, seeds="0, 1"), tmp_path / "alone", "selector.clients_per_round=6")
-    rounds = lambda folder, variant: [l.split(",", 2)[2] for l in (folder / "rounds.csv").read_text().splitlines()[1:]
-                                      if l.startswith(variant + ",")]
+    def rounds(folder, variant):
+        return [line.split(",", 2)[2] for line in (folder / "rounds.csv").read_text().splitlines()[1:]
+                if line.startswith(variant + ",")]
+
     assert rounds(out, "K6") == rounds(alone, "base")
 
 

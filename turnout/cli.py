@@ -48,7 +48,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="new run folder (default: runs/<name>-<timestamp>-<random>); must not exist; with "
                             "several files, a parent folder holding one run folder per experiment")
     where.add_argument("--resume", type=Path, default=None, metavar="DIR",
-                       help="continue the unfinished run in DIR (CONFIG and --set must resolve to what it started with)")
+                       help="continue the unfinished run in DIR "
+                            "(CONFIG and --set must resolve to what it started with)")
     run.add_argument("--variant", action="append", default=[], metavar="NAME",
                      help="run only this variant (repeatable)")
     run.add_argument("--seed", action="append", default=[], type=int, metavar="S",

@@ -296,12 +296,14 @@ class Simulation(Stateful):
         r, agg, arrived, ok = opened.round, closed.aggregated, closed.arrived, closed.stale_ok
         fresh_clients = opened.clients[agg]
         reports = Reports(clients=np.concatenate([fresh_clients, arrived.clients[ok]]),
-                          updates=torch.cat([trained.decoded[torch.from_numpy(agg)], arrived.updates[torch.from_numpy(ok)]]),
+                          updates=torch.cat([trained.decoded[torch.from_numpy(agg)],
+                                             arrived.updates[torch.from_numpy(ok)]]),
                           weights=np.concatenate([closed.weights[agg], arrived.weights[ok]]),
                           normalize=opened.cohort.normalize,
                           n_samples=np.concatenate([self.population.n_train[fresh_clients], arrived.n_samples[ok]]),
                           losses=np.concatenate([trained.result.losses[agg], arrived.losses[ok]]),
-                          staleness=np.concatenate([np.zeros(len(fresh_clients), np.int64), r - arrived.origin_round[ok]]))
+                          staleness=np.concatenate([np.zeros(len(fresh_clients), np.int64),
+                                                    r - arrived.origin_round[ok]]))
         old = self.params
         new = self.algorithm.aggregate(r, old, reports)
         new = old + self.compressor.server_update(r, new - old)
@@ -315,7 +317,8 @@ class Simulation(Stateful):
 
     def _account(self, opened: Opened, trained: Trained, closed: Closed, aggregated: Aggregated) -> _Accounted:
         """Per-client counters (an upload happens when the client delivers, on time or late) and τ(t)."""
-        pop, clients, close, arrived, ok = self.population, opened.clients, closed.close, closed.arrived, closed.stale_ok
+        pop, clients, close, arrived, ok = (self.population, opened.clients, closed.close, closed.arrived,
+                                            closed.stale_ok)
         stale_wasted = float(arrived.busy_s[~ok].sum())
         pop.wasted_s[arrived.clients[~ok]] += arrived.busy_s[~ok]
         pop.times_aggregated[arrived.clients[ok]] += 1

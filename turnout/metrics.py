@@ -18,8 +18,8 @@ SUMMARY_KEYS = ("final_accuracy", "best_accuracy", "tail_accuracy", "tail_accura
                 "rounds_to_target", "sim_time_to_target_s", "download_time_to_target_s", "bytes_down_to_target",
                 "bytes_up_to_target", "bytes_up", "bytes_down", "sim_time_s", "download_time_s",
                 "compute_time_s", "upload_time_s", "download_share", "compute_share", "upload_share",
-                "stale_per_round", "resource_s", "wasted_s", "tau_max", "tau_avg", "selection_count_var", "centralized_accuracy",
-                "wall_s", "diverged_at_round")
+                "stale_per_round", "resource_s", "wasted_s", "tau_max", "tau_avg", "selection_count_var",
+                "centralized_accuracy", "wall_s", "diverged_at_round")
 
 #: Results a diverged run does not have: an accuracy measured before the model blew up is no final result.
 DIVERGED_UNREPORTED = ("final_accuracy", "best_accuracy", "tail_accuracy", "tail_accuracy_std", "final_loss",

@@ -177,4 +177,5 @@ def test_trains_on_synthetic_with_p2_participation(algo, build_simulation):
     assert res.rounds[-1]["loss"] < 0.6 * first
     alg = sim.algorithm
     reports_in = sum(r["n_aggregated"] for r in res.rounds)
-    assert alg.full_uploads + alg.nacks == reports_in and alg.full_uploads < reports_in  # fewer full uploads than FedAvg
+    # fewer full uploads than FedAvg
+    assert alg.full_uploads + alg.nacks == reports_in and alg.full_uploads < reports_in

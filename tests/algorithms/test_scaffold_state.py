@@ -55,7 +55,8 @@ def test_small_budget_spills_and_gives_the_same_model(tmp_path, build_simulation
     exp_raw = {**RAW, "rounds": 3, "selector": {"name": "uniform", "clients_per_round": 8}}
     out = {}
     for budget in (0.01, 1e6):  # 0.01 MB holds 4 rows of the 610-parameter model
-        sim = build_simulation({**exp_raw, "runtime": {"state_budget_mb": budget}}, scratch_dir=tmp_path / f"b{budget:g}")
+        sim = build_simulation({**exp_raw, "runtime": {"state_budget_mb": budget}},
+                               scratch_dir=tmp_path / f"b{budget:g}")
         out[budget] = sim.run()
     assert out[0.01].summary["state_spilled_bytes"] > 0 == out[1e6].summary["state_spilled_bytes"]
     assert out[0.01].summary["state_rows"] == out[1e6].summary["state_rows"] > 4

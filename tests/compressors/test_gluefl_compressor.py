@@ -126,7 +126,9 @@ def test_unscaled_compensation_breaks_the_identity_when_weights_change():
     gap = (sent_sum + w_last * resid - true_sum).abs().max()
     assert gap > 1e-2
     # ... and both agree with constant weights (plain error feedback)
-    const = lambda r: np.full(4, 0.25)
+    def const(r):
+        return np.full(4, 0.25)
+
     t1, s1, h1 = _accumulate("unscaled", const)
     t2, s2, h2 = _accumulate("rescaled", const)
     assert torch.allclose(s1 + 0.25 * h1, t1, atol=1e-4) and torch.allclose(s2 + h2, t2, atol=1e-4)
@@ -247,7 +249,8 @@ def test_gradient_recovering_rules_refuse_non_plain_sgd(key, value):
     from turnout.errors import ConfigError
 
     for algo in ("scaffold", "fedsum", "fedsum_cr"):
-        raw = {"rounds": 1, "data": {"name": "synthetic"}, "model": {"name": "logreg"}, "algorithm": {"name": algo}, "train": {key: value}}
+        raw = {"rounds": 1, "data": {"name": "synthetic"}, "model": {"name": "logreg"}, "algorithm": {"name": algo},
+               "train": {key: value}}
         with pytest.raises(ConfigError) as e:
             expand(raw)
         assert e.value.key == f"train.{key}"
@@ -264,7 +267,8 @@ def test_with_equal_weights_rec_is_ec(simulate):
     """GlueFL App. E: re-scaled error compensation (REC) differs from plain EC only through ν_prev/ν_now.
 
     With equal weights ν = 1/K every round, so the factor is 1 and REC ≡ EC — up to float32 rounding of
-    the stored ν·h divided by ν again (~1e-8 here): an ablation "EC unscaled" on GlueFL (Equal) measures nothing. (With unbiased weights ν changes between sticky and
+    the stored ν·h divided by ν again (~1e-8 here): an ablation "EC unscaled" on GlueFL (Equal) measures nothing. \
+(With unbiased weights ν changes between sticky and
     non-sticky rounds and the two differ, next test.)"""
     sim_rec, rec = _ec_run(simulate, "equal", "rescaled")
     sim_ec, ec = _ec_run(simulate, "equal", "unscaled")

@@ -35,7 +35,8 @@ def feedback(r, clients, durations, losses, aggregated=None, samples=20):
     agg = np.ones(k, bool) if aggregated is None else np.asarray(aggregated)
     return RoundFeedback(r, np.asarray(clients), agg, np.zeros(k, bool), np.asarray(losses, dtype=np.float64),
                          np.full(k, samples), np.asarray(durations, dtype=np.float64),
-                         np.asarray(durations, dtype=np.float64), torch.zeros(k, 1), float(np.max(durations, initial=0)))
+                         np.asarray(durations, dtype=np.float64), torch.zeros(k, 1),
+                         float(np.max(durations, initial=0)))
 
 
 def run(selector, w, duration, rounds, k, loss=lambda r, c: np.ones(len(c))):
@@ -83,7 +84,9 @@ def test_pacer_tightens_the_threshold_when_utility_jumps():
     w = world(40)
     sel = oort(w, clients_per_round=4)
     duration = np.linspace(1, 10, 40)
-    jump = lambda r, c: np.full(len(c), 1.0 if r < 20 else 50.0)
+    def jump(r, c):
+        return np.full(len(c), 1.0 if r < 20 else 50.0)
+
     run(sel, w, duration, 40, 4, loss=jump)
     assert float(sel.threshold) == 25.0
 

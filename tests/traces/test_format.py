@@ -36,7 +36,7 @@ def brute_until(trace: AvailabilityTrace, c: int, t: float) -> float:
 
 def random_trace(rng, n=60, period=1000.0, max_k=6, integer=True) -> AvailabilityTrace:
     ivs = []
-    for c in range(n):
+    for _ in range(n):
         k = rng.integers(0, max_k + 1)
         pts = np.sort(rng.choice(np.arange(1, int(period)), size=2 * k, replace=False)).astype(float)
         if not integer:
@@ -156,7 +156,8 @@ def test_times_are_float32_exactly_when_lossless():
     half = AvailabilityTrace.from_intervals([[(0.5, 1.25)]], 10)  # binary fractions are exact
     assert half.start_s.dtype == np.float32
     # float32 input is kept as it is; arithmetic helpers widen
-    f32 = AvailabilityTrace(np.array([0, 1]), np.array([3.0], np.float32), np.array([7.5], np.float32), np.array([10.0]))
+    f32 = AvailabilityTrace(np.array([0, 1]), np.array([3.0], np.float32), np.array([7.5], np.float32),
+                            np.array([10.0]))
     assert f32.start_s.dtype == np.float32 and f32.online_seconds().tolist() == [4.5]
     with pytest.raises(TraceError, match="NaN"):
         AvailabilityTrace(np.array([0, 1]), np.array([np.nan]), np.array([1.0]), np.array([10.0]))

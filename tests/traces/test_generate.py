@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -122,7 +121,7 @@ def test_blocks_threads_and_chunks_layout(monkeypatch):
     ref = generate_trace(2000, 5, cfg)
     for block, cpus in ((3, 1), (64, 2), (333, 3)):
         monkeypatch.setattr(gen, "BLOCK", block)
-        monkeypatch.setattr(gen.os, "cpu_count", lambda: cpus)
+        monkeypatch.setattr(gen.os, "cpu_count", lambda cpus=cpus: cpus)
         t = generate_trace(2000, 5, cfg)
         assert np.array_equal(t.offsets, ref.offsets) and np.array_equal(t.start_s, ref.start_s)
         assert np.array_equal(t.end_s, ref.end_s), (block, cpus)

@@ -18,7 +18,7 @@ def test_round_trip_across_ram_and_spill(tmp_path):
     st = ClientStateStore(dim=dim, num_clients=50, budget_bytes=3 * dim * 4, spill_dir=tmp_path)
     rng = np.random.default_rng(0)
     truth = {}
-    for step in range(6):
+    for _ in range(6):
         clients = rng.choice(50, size=4, replace=False)
         vals = torch.from_numpy(rng.normal(size=(4, dim)).astype(np.float32))
         st.put("x", clients, vals)

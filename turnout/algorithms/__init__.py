@@ -1,4 +1,5 @@
-"""Algorithm seam: a client rule (what a client computes and sends) + a server rule (how reports become the next model)."""
+"""Algorithm seam: a client rule (what a client computes and sends) + a server rule (how reports become the next \
+model)."""
 
 from . import (  # noqa: F401  (registers components)
     adaptive_ou,

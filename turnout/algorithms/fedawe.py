@@ -51,7 +51,8 @@ class FedAWEConfig(ServerLRConfig):
 
 @ALGORITHMS.register("fedawe")
 class FedAWE(Algorithm):
-    """FedAWE: clients train from stale local copies; updates echoed by the rounds missed; evaluated on the copies' mean."""
+    """FedAWE: clients train from stale local copies; updates echoed by the rounds missed; evaluated on the \
+copies' mean."""
 
     Config = FedAWEConfig
 

@@ -139,7 +139,8 @@ class _SUM(Algorithm):
 
 @ALGORITHMS.register("fedsum_b")
 class FedSUMB(_SUM):
-    """FedSUM-B: K gradients at the received model (no local steps), one vector up, merged by stochastic uplink-merge."""
+    """FedSUM-B: K gradients at the received model (no local steps), one vector up, merged by stochastic \
+uplink-merge."""
 
     Config = FedSUMBConfig
 
@@ -192,7 +193,8 @@ class FedSUM(_SUM):
 
 @ALGORITHMS.register("fedsum_cr")
 class FedSUMCR(FedSUM):
-    """FedSUM-CR: FedSUM with 1 vector down; the client infers the missed server directions from the model it receives."""
+    """FedSUM-CR: FedSUM with 1 vector down; the client infers the missed server directions from the model it \
+receives."""
 
     Config = FedSUMConfig
     downlink_vectors = 1  # x^t only

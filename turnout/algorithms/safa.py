@@ -57,7 +57,8 @@ class SAFAConfig(ServerLRConfig):
 
 @ALGORITHMS.register("safa")
 class SAFA(Algorithm):
-    """SAFA: stale updates up to a lag tolerance (5), global model = weighted average of the cache of latest client models."""
+    """SAFA: stale updates up to a lag tolerance (5), global model = weighted average of the cache of latest \
+client models."""
 
     Config = SAFAConfig
     uses_stale_updates = True

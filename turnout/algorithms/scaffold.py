@@ -26,10 +26,10 @@ one it used, [AMBIG]):
 
 Both forms send x and c down (``downlink_vectors = 2``).
 
-Choices: a round with η = 0 (a schedule's end point) leaves every c_i as it is; ``c_i`` changes only when the client's report is aggregated (a dropped or rejected
-report leaves both c_i and c untouched, so c = mean_i c_i always holds); with a lossy compressor
-the server's rebuilt Δc follows the decoded upload. An empty round leaves x, c and every c_i as
-they are.
+Choices: a round with η = 0 (a schedule's end point) leaves every c_i as it is; ``c_i`` changes only
+when the client's report is aggregated (a dropped or rejected report leaves both c_i and c
+untouched, so c = mean_i c_i always holds); with a lossy compressor the server's rebuilt Δc follows
+the decoded upload. An empty round leaves x, c and every c_i as they are.
 """
 
 from __future__ import annotations

@@ -187,7 +187,8 @@ MNIST_HINT = "set data.path to a directory holding the MNIST IDX files"
 
 @DATASETS.register("fashion_mnist")
 class FashionMnistDataset(_IdxDataset):
-    """Fashion-MNIST (70k 28×28 clothing images, 10 classes) from Debian's dataset-fashion-mnist, partitioned over clients.
+    """Fashion-MNIST (70k 28×28 clothing images, 10 classes) from Debian's dataset-fashion-mnist, partitioned \
+over clients.
 
     Reads the four IDX files under ``path`` (default: where the Debian package installs them).
     The 60,000 training images are divided over clients by ``partition``; the 10,000 t10k images

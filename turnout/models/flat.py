@@ -47,6 +47,7 @@ class FlatModel:
     def flatten(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
         return torch.cat([params[n].reshape(-1) for n in self.names])
 
-    def forward(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    def forward(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+                x: torch.Tensor) -> torch.Tensor:
         # tie_weights=False: none of our models tie weights, and untying costs ~10 % of a small step.
         return torch.func.functional_call(self.module, (params, buffers), (x,), tie_weights=False)

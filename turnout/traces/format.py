@@ -294,13 +294,13 @@ class AvailabilityTrace:
         tau_a = np.broadcast_to(np.asarray(tau, np.float64), c.shape)
         idx = np.flatnonzero(lo < hi)
         while len(idx):
-            l, h = lo[idx], hi[idx]
-            mid = (l + h) >> 1
+            low, high = lo[idx], hi[idx]
+            mid = (low + high) >> 1
             right = self.start_s[mid] <= tau_a[idx]
-            l = np.where(right, mid + 1, l)
-            h = np.where(right, h, mid)
-            lo[idx], hi[idx] = l, h
-            idx = idx[l < h]
+            low = np.where(right, mid + 1, low)
+            high = np.where(right, high, mid)
+            lo[idx], hi[idx] = low, high
+            idx = idx[low < high]
         j = lo - 1
         return np.maximum(j, 0), j >= first
 

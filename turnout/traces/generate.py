@@ -136,7 +136,8 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
         try:
             pct, cnt = float(parts[0]), float(parts[1])
         except (ValueError, IndexError):
-            raise DataError(f"calibration file {str(p)!r} line {no}: expected 'pct count [rate]', got {s[:40]!r}") from None
+            raise DataError(f"calibration file {str(p)!r} line {no}: "
+                            f"expected 'pct count [rate]', got {s[:40]!r}") from None
         if not (pct.is_integer() and 0 <= pct <= 100) or not (cnt >= 0 and np.isfinite(cnt)):
             raise DataError(f"calibration file {str(p)!r} line {no}: pct must be an integer 0..100 and count >= 0")
         counts[int(pct)] += cnt
