@@ -17,7 +17,8 @@ configs it was made from, and the numbers of a **check slice**: one setting, see
 the page's variants, run after the full settings. ``--check`` re-resolves the configs (a different hash: the
 experiment files or the components' defaults changed since the page was made) and re-runs the slice (a
 different number: the code no longer produces what the page shows); either fails the check, so a stale page
-is caught in CI (``tests/test_pages.py``) without re-running the page.
+is caught in CI (``tests/test_pages.py``) without re-running the page. ``--check all`` skips (and names) the pages
+listed in :data:`NOT_REGENERATED`, which have no record yet; ``--check PAGE`` on such a page fails.
 """
 
 from __future__ import annotations
@@ -172,6 +173,19 @@ PAGES: dict[str, Page] = {
         (Setting("Figs. 6-8", "experiments/gluefl/sensitivity.yaml"),), GLUEFL_METRICS, Slice("Figs. 6-8", 2),
         curve="accuracy", curve_x=("round", "cum_bytes_down")),
 }
+
+
+#: Pages whose docs/results/PAGE.md has no page record yet: not regenerated since the experiment files changed
+#: (the second reproduction pass). ``--check all`` names them and checks every other page; tests/test_pages.py
+#: asserts that exactly these pages lack a record, so take a page off when it is regenerated (and a page that
+#: loses its record fails the test until it is regenerated or listed here).
+NOT_REGENERATED = ("fedgs_fmnist", "refl", "refl_rules", "gluefl", "gluefl_k10", "gluefl_ablations",
+                   "gluefl_sensitivity")
+
+
+def without_record() -> list[str]:
+    """The pages whose docs/results/PAGE.md is missing or has no page record."""
+    return [n for n in PAGES if read_record(RESULTS / f"{n}.md") is None]
 
 
 # ---- provenance ------------------------------------------------------------------------------
@@ -480,6 +494,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--full goes with --check")
     if args.check:
         failed = 0
+        if args.pages == ["all"] and not args.full:  # CI: a page not regenerated yet is named, not failed
+            missing = without_record()
+            for n in missing:
+                print(f"{n}: not regenerated since the experiment files changed; run bash scripts/reproduce.sh {n}",
+                      flush=True)
+            names = [n for n in names if n not in missing]
         if args.full:
             results = ((n, check_full(n, args.jobs)) for n in names)
         elif args.jobs > 1 and len(names) > 1:  # slices are independent: one worker process each
