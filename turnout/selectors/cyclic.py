@@ -30,6 +30,7 @@ short last block is not topped up (it wants, and waits for, its own members only
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from typing import Literal
 
 import numpy as np
@@ -65,8 +66,9 @@ class _BlockSelector(Selector):
     def target(self) -> int:
         return self.cfg.clients_per_round
 
-    def order(self, epoch: int) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def order(self, epoch: int) -> np.ndarray:
+        """The population's order in ``epoch``; consecutive blocks of ``clients_per_round`` are the rounds."""
 
     def block(self, round: int) -> np.ndarray:
         """Clients of round ``round``'s block (before availability)."""

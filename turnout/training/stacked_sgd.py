@@ -75,7 +75,7 @@ def padded_rows(batches: Sequence[Sequence[np.ndarray]], first_row: np.ndarray, 
     row in the dataset's arrays. Padding repeats a valid row (it is masked out): the client's first,
     or row 0 for a client without data (whose offset may be the end of the arrays).
     """
-    batches = [list(b) for b in batches]  # batch_indices yields lazily
+    batches = [b if isinstance(b, list) else list(b) for b in batches]  # batch_indices yields lazily
     k = len(batches)
     steps = max((len(b) for b in batches), default=0)
     rows = np.zeros((steps, k, batch_size), dtype=np.int64)
