@@ -137,3 +137,50 @@ def _rows(folder: Path) -> list[dict]:
         for row in csv.DictReader(f):
             out.append({k: (int(v) if k in ("seed", "n_stale") else v) for k, v in row.items()})
         return out
+
+
+def test_workers_take_the_longest_units_first_by_estimated_work():
+    """LPT order: the quickstart's K = 20 units estimate 4× its K = 5 units; equal units keep sweep order."""
+    from turnout.composition import expand
+    from turnout.experiment import prepare
+    from turnout.sweep import UnitJob, estimated_work, longest_first
+
+    variants = expand(yaml.safe_load((ROOT / "experiments" / "quickstart.yaml").read_text()),
+                      {"eval.centralized_baseline": False})
+    plan = prepare(variants)
+    work = {v.variant: estimated_work(v, plan.dataset_for(v, 0)) for v in variants}
+    assert work == {"K=5": 300 * 5 * 20 * 50.0, "K=10": 300 * 10 * 20 * 50.0, "K=20": 300 * 20 * 20 * 50.0}
+    epochs = expand({**QUICK, "train": {"batch_size": 50, "local_epochs": 2, "lr": 0.2}})[1]
+    data = prepare([epochs]).dataset_for(epochs, 0)
+    assert estimated_work(epochs, data) == pytest.approx(8 * 10 * 2 * len(data.y_train) / data.num_clients)
+    jobs = [UnitJob((0, i), {}, name, 0, "", 1, name, work=w)
+            for i, (name, w) in enumerate([("a", 1.0), ("b", 3.0), ("c", 1.0), ("d", 2.0)])]
+    assert [j.variant for j in longest_first(jobs)] == ["b", "d", "a", "c"]
+
+
+def test_a_worker_rebuilds_only_its_units_dataset_and_keeps_recent_ones(monkeypatch):
+    """A worker's dataset is the owner's bit for bit; it builds only its seed's, and keeps datasets within a budget."""
+    import numpy as np
+
+    from turnout import sweep
+    from turnout.composition import expand
+    from turnout.experiment import prepare
+
+    experiment = {"raw": QUICK, "overrides": {}}
+    owner = prepare(expand(QUICK))
+    builds = []
+    cls = owner.variants[0]["data"].cls
+    real_build = cls.build.__func__
+    monkeypatch.setattr(cls, "build", classmethod(lambda c, cfg, seed: builds.append(seed) or real_build(c, cfg, seed)))
+    monkeypatch.setattr(sweep, "_DATASETS", sweep.OrderedDict())
+    monkeypatch.setattr(sweep, "_VARIANTS", {})
+    job = lambda variant, seed: sweep.UnitJob((0, 0), experiment, variant, seed, "", 1, "")  # noqa: E731
+    for variant, seed in [("K=5", 1), ("K=10", 1), ("K=5", 0), ("K=10", 1)]:
+        exp, data = sweep.rebuild(job(variant, seed))
+        assert exp.variant == variant
+        mine = owner.dataset_for(exp, seed)
+        assert np.array_equal(data.x_train, mine.x_train) and np.array_equal(data.y_test, mine.y_test)
+    assert builds == [1, 0]  # each seed's dataset once, and only the seed asked for
+    monkeypatch.setattr(sweep, "DATASET_CACHE_BYTES", 0)  # over budget: only the newest is kept
+    sweep.rebuild(job("K=5", 2))
+    assert list(sweep._DATASETS) == [(next(iter(sweep._DATASETS))[0], 2)] and builds == [1, 0, 2]

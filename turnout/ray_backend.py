@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 from .errors import ConfigError
-from .sweep import Backend, QueueSink, SweepState, UnitJob, backend, execute, rebuild
+from .sweep import Backend, QueueSink, SweepState, UnitJob, backend, execute, longest_first, rebuild
 from .unit import StopFlag
 
 try:
@@ -106,7 +106,7 @@ class RayBackend(Backend):
                     state.apply(key, kind, payload)
                     self._progress(progress, by_key[key], kind, payload)
 
-        for job in jobs:
+        for job in longest_first(jobs):  # Ray starts tasks roughly in submission order
             submit(job)
         stopping = False
         while inflight:

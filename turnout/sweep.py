@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import time
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -54,6 +55,28 @@ class UnitJob:
     label: str  # "experiment/variant seed s", for messages
     num_cpus: float = 1.0  # what a Ray task asks for
     num_gpus: float = 0.0
+    work: float = 0.0  # relative cost (:func:`estimated_work`): workers take the longest units first
+
+
+def estimated_work(exp, dataset) -> float:
+    """A unit's relative cost: rounds × clients per round × samples each client trains on per round.
+
+    Workers take pending units longest first (the LPT rule), so a sweep does not end on one long
+    unit while the other workers idle: the quickstart's K = 20 units cost four times its K = 5
+    units. Rough by design — only the order units start in depends on it, never their numbers.
+    """
+    cfg, train = exp.config, exp.train
+    k = getattr(exp["selector"].cfg, "clients_per_round", None) or 1  # every built-in selector has it; a plugin may not
+    if train.local_epochs is not None:  # epochs over a client's rows (the mean client's)
+        samples = train.local_epochs * len(dataset.y_train) / max(1, dataset.num_clients)
+    else:
+        samples = (train.local_steps or 10) * train.batch_size
+    return float(cfg.rounds) * k * samples
+
+
+def longest_first(jobs: list[UnitJob]) -> list[UnitJob]:
+    """``jobs`` by decreasing estimated work (stable: equal units keep their sweep order)."""
+    return sorted(jobs, key=lambda j: -j.work)
 
 
 @dataclass
@@ -90,7 +113,16 @@ class UnitsFailed(TurnoutError):
 
 
 # ---- running a unit in a worker ---------------------------------------------------------------
-_DATASETS: dict[str, Any] = {}
+#: A worker's caches. The owner has validated every variant and dataset before dispatching, so a
+#: worker only rebuilds: the experiment's variants once, and just the dataset of its unit's seed.
+_VARIANTS: dict[str, list] = {}  # experiment (as JSON) → its variants; a worker serves one experiment at a time
+_DATASETS: "OrderedDict[tuple[str, int], Any]" = OrderedDict()  # (data config, seed) → dataset, newest last
+#: datasets a worker keeps for its next units (the newest is always kept): units of one seed share one
+DATASET_CACHE_BYTES = 256 * 2**20
+
+
+def _held_bytes(dataset) -> int:
+    return sum(v.nbytes for v in vars(dataset).values() if hasattr(v, "nbytes"))
 
 
 def rebuild(job: UnitJob):
@@ -98,13 +130,21 @@ def rebuild(job: UnitJob):
     import json
 
     from .composition import expand
-    from .experiment import _data_key, prepare
+    from .experiment import _data_key
 
-    exp = next(v for v in expand(job.experiment["raw"], job.experiment["overrides"]) if v.variant == job.variant)
-    key = json.dumps([_data_key(exp), job.seed])
-    if key not in _DATASETS:
-        _DATASETS.clear()  # one dataset at a time per worker: a worker's next unit usually shares it
-        _DATASETS[key] = prepare([exp]).dataset_for(exp, job.seed)
+    exp_key = json.dumps(job.experiment, sort_keys=True, default=str)
+    if exp_key not in _VARIANTS:
+        _VARIANTS.clear()
+        _VARIANTS[exp_key] = expand(job.experiment["raw"], job.experiment["overrides"])
+    exp = next(v for v in _VARIANTS[exp_key] if v.variant == job.variant)
+    key = (_data_key(exp), job.seed)
+    if key in _DATASETS:
+        _DATASETS.move_to_end(key)
+    else:
+        comp = exp["data"]
+        _DATASETS[key] = comp.cls.build(comp.cfg, job.seed)  # what prepare() built for the owner, bit for bit
+        while len(_DATASETS) > 1 and sum(_held_bytes(d) for d in _DATASETS.values()) > DATASET_CACHE_BYTES:
+            _DATASETS.popitem(last=False)
     return exp, _DATASETS[key]
 
 
@@ -255,7 +295,7 @@ class ProcessBackend(Backend):
 
         ctx = mp.get_context("spawn")
         stop_event = ctx.Event()
-        pending = list(jobs)
+        pending = longest_first(jobs)
         attempts = {j.key: 0 for j in jobs}
         workers: list[_Worker] = []
 
@@ -343,7 +383,8 @@ def pending_jobs(experiments: list, stop: StopFlag) -> tuple[list[UnitJob], dict
             sinks[key] = FileSink(d)
             rc = unit.exp.config.runtime
             jobs.append(UnitJob(key, experiment, unit.variant, unit.seed, str(d), rc.torch_threads,
-                                f"{plan.name}/{unit.variant} seed {unit.seed}", rc.num_cpus, rc.num_gpus))
+                                f"{plan.name}/{unit.variant} seed {unit.seed}", rc.num_cpus, rc.num_gpus,
+                                estimated_work(unit.exp, plan.dataset_for(unit.exp, unit.seed))))
     return jobs, sinks
 
 
