@@ -20,6 +20,11 @@ apart. Every figure is the median over ``--repeats`` interleaved repeats of the 
     python bench/executors.py --device cuda             # adds sequential and vectorized on the GPU
     python bench/executors.py --ray                     # adds the Ray executor (a local Ray, one actor a core)
 
+With two or more cores and W100 in the workloads it also prints each model's *two-process ceiling*:
+two plain PyTorch processes training half of W100's clients each, at once, as a share of one
+process training them all — what the machine's cores give when nothing else is in the way, so a
+``parallel`` figure above 0.5 can be told apart from a machine whose two cores do not double compute.
+
 ``--device cuda`` adds two columns with ``runtime.device: cuda`` (local training on the GPU,
 aggregation and the rest on the CPU): ``sequential(cuda)`` and ``vectorized(cuda)``; ratios stay
 relative to the CPU sequential executor, and the GPU targets are printed at the end. ``--ray``
@@ -42,7 +47,7 @@ import torch
 
 from turnout.composition import expand
 from turnout.data.federated import FederatedDataset, offsets_from_counts
-from turnout.engine import Simulation
+from turnout.engine import Simulation, build_model
 from turnout.experiment import prepare
 
 SAMPLES, CLIENTS = 320, 100
@@ -172,6 +177,45 @@ def bench(model: str, workload: str, executors: list[tuple[dict, str]], rounds: 
     return out
 
 
+def _plain_training(module: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, clients: range) -> float:
+    """Seconds a plain PyTorch loop takes to train ``clients``' W steps (one thread; runs in a pool process)."""
+    torch.set_num_threads(1)
+    opt = torch.optim.SGD(module.parameters(), lr=0.05)
+    rng = np.random.default_rng(0)
+    t0 = time.perf_counter()
+    for c in clients:
+        for _ in range(TRAIN["local_steps"]):
+            idx = torch.from_numpy(c * SAMPLES + rng.integers(0, SAMPLES, TRAIN["batch_size"]))
+            loss = torch.nn.functional.cross_entropy(module(x[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return time.perf_counter() - t0
+
+
+def ceiling(model: str, repeats: int) -> float:
+    """What two cores can give at best: two processes each training half of W100's clients at once, against
+    one process training them all (plain PyTorch, no simulator) — the ratio a 2-worker executor cannot beat."""
+    import multiprocessing
+
+    exp = experiment(model, CLIENTS, {"name": "sequential"}, 1)
+    data = trimmed(prepare([exp]).dataset_for(exp, 0), SAMPLES)
+    module = build_model(exp, data, 0).module
+    x, y = torch.from_numpy(data.x_train), torch.from_numpy(data.y_train)
+    halves = [range(0, CLIENTS // 2), range(CLIENTS // 2, CLIENTS)]
+    ratios = []
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        pool.starmap(_plain_training, [(module, x, y, range(1))] * 2)  # start both processes, warm up
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            pool.apply(_plain_training, (module, x, y, range(CLIENTS)))
+            alone = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            pool.starmap(_plain_training, [(module, x, y, h) for h in halves])
+            ratios.append((time.perf_counter() - t0) / alone)
+    return statistics.median(ratios)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="logreg,mlp,cnn")
@@ -218,6 +262,12 @@ def main(argv=None) -> int:
                       f"{row['others']:6.2f}  {row['auto']}", flush=True)
     print(f"load average at end: {_load()}")
     print()
+    if "W100" in args.workloads.split(",") and len(os.sched_getaffinity(0)) >= 2:
+        print("two-process ceiling: two plain PyTorch processes each training half of W100's clients at once, "
+              "as a share of one process training them all (the best a 2-worker executor can do on this machine)")
+        for model in args.models.split(","):
+            print(f"  {model:8} {ceiling(model, args.repeats):.2f}x", flush=True)
+        print()
     for row in rows:
         if row["executor"] == "parallel" and row["workload"] == "W100":
             ok = "met" if row["ratio"] <= 0.6 else "NOT met"
