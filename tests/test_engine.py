@@ -254,3 +254,28 @@ def test_critical_path_is_empty_when_nothing_is_aggregated():
     agg = np.array([True, True, False])  # the last on-time report is client 1, not the slower straggler 2
     assert critical_path_s(np.array([1., 2, 3]), np.array([4., 5, 6]), np.array([7., 8, 9]),
                            np.array([12., 15, 18]), agg) == (2.0, 5.0, 8.0)
+
+
+def test_finite_rows_agrees_with_isfinite_including_sums_that_overflow():
+    """The fast per-row finiteness check gives isfinite(x).all(1) exactly, also where a finite row's sum overflows."""
+    import numpy as np
+    import torch
+
+    from turnout.engine import finite_rows
+
+    big = torch.finfo(torch.float32).max
+    x = torch.tensor([[1.0, 2.0, 3.0],
+                      [float("nan"), 0.0, 0.0],
+                      [float("inf"), 1.0, 0.0],
+                      [float("-inf"), float("inf"), 0.0],
+                      [big, big, 0.0],  # finite, but the sum overflows to inf
+                      [-big, -big, big],
+                      [0.0, -0.0, 1e-45]])
+    assert x[4].sum().isinf()
+    want = torch.isfinite(x).all(dim=1).numpy()
+    assert finite_rows(x).tolist() == want.tolist() == [True, False, False, False, True, True, True]
+    rng = np.random.default_rng(0)
+    y = torch.from_numpy(rng.standard_normal((50, 1000)).astype(np.float32))
+    y[rng.integers(0, 50, 7), rng.integers(0, 1000, 7)] = float("nan")
+    assert np.array_equal(finite_rows(y), torch.isfinite(y).all(dim=1).numpy())
+    assert finite_rows(torch.empty(3, 0)).tolist() == [True] * 3
