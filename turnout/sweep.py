@@ -62,8 +62,8 @@ def estimated_work(exp, dataset) -> float:
     """A unit's relative cost: rounds × clients per round × samples each client trains on per round.
 
     Workers take pending units longest first (the LPT rule), so a sweep does not end on one long
-    unit while the other workers idle: the quickstart's K = 20 units cost four times its K = 5
-    units. Rough by design — only the order units start in depends on it, never their numbers.
+    unit while the other workers idle: the quickstart's K = 20 units train four times as many
+    clients as its K = 5 units. Rough by design — only the order units start in depends on it, never their numbers.
     """
     cfg, train = exp.config, exp.train
     k = getattr(exp["selector"].cfg, "clients_per_round", None) or 1  # every built-in selector has it; a plugin may not
@@ -115,7 +115,7 @@ class UnitsFailed(TurnoutError):
 # ---- running a unit in a worker ---------------------------------------------------------------
 #: A worker's caches. The owner has validated every variant and dataset before dispatching, so a
 #: worker only rebuilds: the experiment's variants once, and just the dataset of its unit's seed.
-_VARIANTS: dict[str, list] = {}  # experiment (as JSON) → its variants; a worker serves one experiment at a time
+_VARIANTS: dict[str, list] = {}  # experiment (as JSON) → its variants (a sweep has a handful of experiments)
 _DATASETS: "OrderedDict[tuple[str, int], Any]" = OrderedDict()  # (data config, seed) → dataset, newest last
 #: datasets a worker keeps for its next units (the newest is always kept): units of one seed share one
 DATASET_CACHE_BYTES = 256 * 2**20
@@ -134,7 +134,6 @@ def rebuild(job: UnitJob):
 
     exp_key = json.dumps(job.experiment, sort_keys=True, default=str)
     if exp_key not in _VARIANTS:
-        _VARIANTS.clear()
         _VARIANTS[exp_key] = expand(job.experiment["raw"], job.experiment["overrides"])
     exp = next(v for v in _VARIANTS[exp_key] if v.variant == job.variant)
     key = (_data_key(exp), job.seed)
