@@ -809,6 +809,15 @@ def _zip_offsets(data: bytes) -> list[int]:
     return out
 
 
+def _flip_bytes(draw, data: bytes, most: int) -> tuple[bytes, str]:
+    """1 to ``most`` random bytes of ``data`` set to random values (the damage both file formats share)."""
+    out = bytearray(data)
+    for _ in range(draw(st.integers(1, most))):
+        i = draw(st.integers(0, len(out) - 1))
+        out[i] = draw(st.integers(0, 255))
+    return bytes(out), "bytes changed"
+
+
 @st.composite
 def zip_damage(draw, data: bytes) -> tuple[bytes, str]:
     op = draw(st.sampled_from(["truncate", "flip", "size_lie", "method", "flags", "append", "prepend", "zero",
@@ -818,11 +827,7 @@ def zip_damage(draw, data: bytes) -> tuple[bytes, str]:
         at = draw(st.integers(0, len(data)))
         return data[:at], f"cut at {at} of {len(data)}"
     if op == "flip":
-        out = bytearray(data)
-        for _ in range(draw(st.integers(1, 8))):
-            i = draw(st.integers(0, len(out) - 1))
-            out[i] = draw(st.integers(0, 255))
-        return bytes(out), "bytes changed"
+        return _flip_bytes(draw, data, 8)
     if op == "append":
         return data + draw(st.binary(max_size=64)), "garbage appended"
     if op == "prepend":
@@ -1069,11 +1074,7 @@ def opcode_damage(draw, data: bytes) -> tuple[bytes, str]:
     if op == "truncate":
         return data[:at], f"cut at {at} of {len(data)}"
     if op == "flip":
-        out = bytearray(data)
-        for _ in range(draw(st.integers(1, 6))):
-            i = draw(st.integers(0, len(out) - 1))
-            out[i] = draw(st.integers(0, 255))
-        return bytes(out), "bytes changed"
+        return _flip_bytes(draw, data, 6)
     if op == "protocol":
         return b"\x80" + bytes([draw(st.integers(0, 255))]) + data[2:], "protocol byte changed"
     if op == "delete":
