@@ -1,11 +1,11 @@
 """Local SGD written over parameter tensors.
 
-The optimiser step is plain tensor arithmetic on a dict of parameters, and gradients come from
-``torch.func.grad_and_value`` over ``functional_call``: no ``nn.Module`` state changes, no
-``torch.optim`` objects. That makes one client's training a pure function
-``(start params, batches, hyper-parameters) → end params`` which the sequential and parallel
-executors call per client; :mod:`turnout.training.stacked_sgd` is the same arithmetic with a
-leading client axis, which the vectorized executor ``vmap``-s over stacked clients.
+The optimiser step is plain tensor arithmetic on a dict of parameters, and no ``torch.optim``
+objects: one client's training is a pure function ``(start params, batches, hyper-parameters) →
+end params`` which the sequential and parallel executors call per client (the trainer's private
+copy of the module, loaded from the start point, is scratch space; the model it was given never
+changes). :mod:`turnout.training.stacked_sgd` is the same arithmetic with a leading client axis,
+which the vectorized executor ``vmap``-s over stacked clients.
 
 Algorithms that change the local objective (FedProx's proximal term, SCAFFOLD's and FedSUM's
 corrections, FedSUM-B's gradients at the start point) describe the change as data, a
@@ -15,12 +15,14 @@ clients, in another process — can apply the same record without calling back i
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from ..models.flat import FlatModel
 from .config import TrainConfig
@@ -105,15 +107,17 @@ class LocalTrainer:
 
         self.loss_fn = loss_fn
         self._functional_grad = torch.func.grad_and_value(loss_fn)
+        self._scratch: nn.Module | None = None  # the autograd backend's copy of the module, on the device
 
     def grad_and_loss(self, params: Params, buffers: dict, x: torch.Tensor,
                       y: torch.Tensor) -> tuple[Params, torch.Tensor]:
-        """Gradient of the minibatch loss w.r.t. ``params`` (and the loss).
+        """Gradient of the minibatch loss w.r.t. the free tensors ``params`` (and the loss).
 
         ``grad_backend: autograd`` (default) differentiates with ``torch.autograd.grad`` through
-        ``functional_call`` — about 5× less overhead per step than ``torch.func`` on small models,
-        which dominates a sequential simulation. ``functional`` uses ``torch.func.grad_and_value``,
-        the form a ``vmap``-ed executor needs. Both compute the same gradient (tested).
+        ``functional_call`` — about 5× less overhead per step than ``torch.func`` on small models.
+        ``functional`` uses ``torch.func.grad_and_value``, the form a ``vmap``-ed executor needs.
+        Both compute the same gradient (tested), and the same as :meth:`train`'s steps, which on
+        the autograd backend differentiate the trainer's own module copy instead (see ``_load``).
         """
         if self.grad_backend == "functional":
             return self._functional_grad(params, buffers, x, y)
@@ -126,9 +130,14 @@ class LocalTrainer:
             v.requires_grad_(False)
         return dict(zip(params, grads)), loss.detach()
 
-    def sgd_step(self, params: Params, grads: Params, velocity: Params | None,
-                 lr: float) -> tuple[Params, Params | None]:
-        """One SGD update as tensor arithmetic (PyTorch's SGD semantics for momentum/nesterov/wd)."""
+    @torch.no_grad()
+    def sgd_step(self, params: Params, grads: Params, velocity: Params | None, lr: float) -> Params | None:
+        """One SGD update of ``params`` in place (PyTorch's SGD semantics for momentum/nesterov/wd).
+
+        ``p -= lr · step`` rounds exactly as ``p - lr · step`` does (``sub_(step, alpha=lr)`` would not:
+        it fuses the multiply-add), so results are unchanged from an out-of-place update, without
+        allocating a new parameter tensor every step. Returns the velocity.
+        """
         cfg = self.cfg
         if cfg.weight_decay:
             grads = {k: g + cfg.weight_decay * params[k] for k, g in grads.items()}
@@ -138,7 +147,44 @@ class LocalTrainer:
             step = {k: g + cfg.momentum * velocity[k] for k, g in grads.items()} if cfg.nesterov else velocity
         else:
             step = grads
-        return {k: p - lr * step[k] for k, p in params.items()}, velocity
+        for k, p in params.items():
+            p.sub_(lr * step[k])
+        return velocity
+
+    def _scratch_module(self) -> nn.Module:
+        if self._scratch is None:
+            self._scratch = copy.deepcopy(self.model.module).to(self.device)
+        return self._scratch
+
+    def _load(self, start: torch.Tensor, buffers: dict[str, torch.Tensor]) -> tuple[
+            Params, dict[str, torch.Tensor], Callable[[torch.Tensor, torch.Tensor], tuple[Params, torch.Tensor]]]:
+        """The client's parameters, buffers and minibatch-gradient function, set up from ``start``.
+
+        The autograd backend loads the start point into the trainer's own copy of the module and
+        differentiates its forward directly: what ``functional_call`` would swap in and out on
+        every step is set once per client (on a small model that swapping is about a tenth of a
+        step). The functional backend keeps free tensors for ``torch.func``.
+        """
+        dev = self.device
+        if self.grad_backend == "functional":
+            params = {k: v.detach().clone() for k, v in self.model.unflatten(start).items()}
+            bufs = {k: v.to(dev).clone() for k, v in buffers.items()}
+            return params, bufs, lambda xb, yb: self._functional_grad(params, bufs, xb, yb)
+        module = self._scratch_module()
+        module.train()
+        params = dict(module.named_parameters())
+        bufs = dict(module.named_buffers())
+        with torch.no_grad():
+            for p, v in zip(params.values(), self.model.unflatten(start).values()):
+                p.copy_(v)
+            for k, b in bufs.items():
+                b.copy_(buffers[k])
+        plist = list(params.values())
+
+        def grads(xb: torch.Tensor, yb: torch.Tensor) -> tuple[Params, torch.Tensor]:
+            loss = F.cross_entropy(module(xb), yb)
+            return dict(zip(params, torch.autograd.grad(loss, plist))), loss.detach()
+        return params, bufs, grads
 
     def train(self, start: torch.Tensor, buffers: dict[str, torch.Tensor], x: np.ndarray, y: np.ndarray,
               steps: int, lr: float, rng: np.random.Generator, objective: LocalObjective | None = None) -> LocalResult:
@@ -150,8 +196,7 @@ class LocalTrainer:
         self.model.module.train()
         dev, cpu = self.device, torch.device("cpu")
         start = start.detach().to(dev)
-        params = {k: v.detach().clone() for k, v in self.model.unflatten(start).items()}
-        buffers = {k: v.to(dev).clone() for k, v in buffers.items()}
+        params, buffers, grad_and_loss = self._load(start, buffers)
         xt = torch.from_numpy(np.ascontiguousarray(x)).to(dev)
         yt = torch.from_numpy(np.ascontiguousarray(y)).to(dev)
         obj = objective if objective is not None and not objective.is_plain() else None
@@ -164,7 +209,7 @@ class LocalTrainer:
         for idx in batch_indices(len(y), self.cfg.batch_size, steps, rng):
             done += 1
             ti = torch.from_numpy(idx).to(dev)
-            grads, loss = self.grad_and_loss(params, buffers, xt[ti], yt[ti])
+            grads, loss = grad_and_loss(xt[ti], yt[ti])
             total_loss += float(loss) * len(idx)
             samples += len(idx)
             if grad_sum is not None:  # gradients at the start point: the local model stays put
@@ -181,10 +226,12 @@ class LocalTrainer:
                 norm = torch.sqrt(sum((g * g).sum() for g in grads.values()))
                 scale = torch.clamp(self.cfg.grad_clip / (norm + 1e-12), max=1.0)
                 grads = {k: g * scale for k, g in grads.items()}
-            with torch.no_grad():
-                params, velocity = self.sgd_step(params, grads, velocity, lr)
-        return LocalResult(params=self.model.flatten(params).detach().to(cpu),
-                           buffers={k: v.to(cpu) for k, v in buffers.items()},
+            velocity = self.sgd_step(params, grads, velocity, lr)
+        with torch.no_grad():
+            end = self.model.flatten(params).to(cpu)  # a new tensor: the scratch module is reused
+            end_buffers = {k: v.to(cpu, copy=True) for k, v in buffers.items()}
+        return LocalResult(params=end,
+                           buffers=end_buffers,
                            mean_loss=total_loss / max(1, samples), steps=done, samples=samples,
                            grad_sum=None if grad_sum is None else grad_sum.to(cpu))
 
