@@ -76,6 +76,32 @@ def test_autograd_and_functional_backends_agree():
     assert a.mean_loss == pytest.approx(b.mean_loss, rel=1e-6)
 
 
+def test_a_reused_trainer_gives_each_client_what_a_fresh_one_gives_and_never_moves_the_model():
+    """The autograd backend trains a module copy it keeps across clients: nothing may carry over."""
+    g = np.random.default_rng(7)
+    x = g.normal(size=(48, 5)).astype(np.float32)
+    y = g.integers(0, 3, size=48).astype(np.int64)
+    torch.manual_seed(7)
+    fm = FlatModel(nn.Sequential(nn.Linear(5, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 3)))
+    model_before = fm.flat_params()
+    cfg = TrainConfig(batch_size=8, local_steps=5, lr=0.1, momentum=0.9)
+    start, buffers = fm.flat_params(), fm.buffers()
+
+    reused = LocalTrainer(fm, cfg)
+    a = reused.train(start, buffers, x[:24], y[:24], 5, 0.1, np.random.default_rng(1))
+    a_params, a_buffers = a.params.clone(), {k: v.clone() for k, v in a.buffers.items()}
+    b = reused.train(start + 0.01, buffers, x[24:], y[24:], 5, 0.1, np.random.default_rng(2))
+    fresh = LocalTrainer(fm, cfg).train(start + 0.01, buffers, x[24:], y[24:], 5, 0.1, np.random.default_rng(2))
+
+    assert torch.equal(b.params, fresh.params) and b.mean_loss == fresh.mean_loss
+    assert all(torch.equal(b.buffers[k], fresh.buffers[k]) for k in fresh.buffers)
+    assert torch.equal(a.params, a_params)  # the first client's results do not alias the reused module
+    assert all(torch.equal(a.buffers[k], a_buffers[k]) for k in a_buffers)
+    assert not torch.equal(a.buffers["1.running_mean"], b.buffers["1.running_mean"])  # per-client statistics
+    assert torch.equal(fm.flat_params(), model_before)  # the model the trainer was given never moves
+    assert all(torch.equal(v, buffers[k]) for k, v in fm.buffers().items())
+
+
 def test_training_lowers_loss():
     fm, x, y = make_problem(4)
     cfg = TrainConfig(batch_size=64, local_steps=50, lr=0.5)
