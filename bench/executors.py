@@ -220,7 +220,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="logreg,mlp,cnn")
     p.add_argument("--workloads", default="W,W100")
-    p.add_argument("--rounds", type=int, default=1, help="timed rounds per repeat")
+    p.add_argument("--rounds", type=int, default=2, help="timed rounds per repeat (1 is noisy on a shared VM)")
     p.add_argument("--repeats", type=int, default=5, help="interleaved repeats (the median is reported)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda: add sequential and vectorized with runtime.device cuda")

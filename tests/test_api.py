@@ -43,6 +43,17 @@ def test_importing_turnout_loads_neither_torch_nor_pandas():
     assert r.stdout.split() == ["[]", turnout.__version__, "True", "False"]  # the API itself imports pandas lazily
 
 
+@pytest.mark.parametrize("preset,expect", [(None, "1"), ("0", "0")])
+def test_importing_turnout_asks_torch_for_huge_pages_unless_the_user_said_otherwise(preset, expect):
+    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+    if preset is not None:
+        env["THP_MEM_ALLOC_ENABLE"] = preset
+    code = "import os, turnout; print(os.environ['THP_MEM_ALLOC_ENABLE'])"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == expect
+
+
 def test_dataframes_are_the_run_folders_csv_tables(finished):
     folder = finished.folder
     assert folder.is_dir() and not folder.name.endswith(".partial")
