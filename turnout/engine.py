@@ -295,7 +295,9 @@ class Simulation(Stateful):
         """The server rule over fresh and stale reports; the ledger records what changed."""
         r, agg, arrived, ok = opened.round, closed.aggregated, closed.arrived, closed.stale_ok
         fresh_clients = opened.clients[agg]
-        fresh, stale = trained.decoded[torch.from_numpy(agg)], arrived.updates[torch.from_numpy(ok)]
+        # Every report taken (the usual case): no cohort-sized copy, as server rules only read their reports.
+        fresh = trained.decoded if agg.all() else trained.decoded[torch.from_numpy(agg)]
+        stale = arrived.updates[torch.from_numpy(ok)]
         reports = Reports(clients=np.concatenate([fresh_clients, arrived.clients[ok]]),
                           updates=torch.cat([fresh, stale]) if len(stale) else fresh,  # a cohort-sized copy less
                           weights=np.concatenate([closed.weights[agg], arrived.weights[ok]]),
