@@ -177,8 +177,9 @@ class LocalTrainer:
         with torch.no_grad():
             for p, v in zip(params.values(), self.model.unflatten(start).values()):
                 p.copy_(v)
+            own = dict(self.model.module.named_buffers())  # what functional_call falls back to
             for k, b in bufs.items():
-                b.copy_(buffers[k])
+                b.copy_(buffers[k] if k in buffers else own[k])
         plist = list(params.values())
 
         def grads(xb: torch.Tensor, yb: torch.Tensor) -> tuple[Params, torch.Tensor]:
