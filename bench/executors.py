@@ -28,8 +28,11 @@ process training them all — what the machine's cores give when nothing else is
 ``--device cuda`` adds two columns with ``runtime.device: cuda`` (local training on the GPU,
 aggregation and the rest on the CPU): ``sequential(cuda)`` and ``vectorized(cuda)``; ratios stay
 relative to the CPU sequential executor, and the GPU targets are printed at the end. ``--ray``
-adds ``executor: ray`` (Ray's actors are not this process's children, so the ``others`` column
-counts them as other processes).
+adds ``executor: ray`` in a second pass, after the other columns, with its own sequential
+baseline: Ray's daemons and idle workers, once started, slow the ``parallel`` workers that share
+the cores with them (the CNN on W100: 2.6–2.9 s a round without Ray started, 3.0–3.8 s with it).
+Ray's actors are not this process's children, so the ``others`` column counts them as other
+processes.
 """
 
 from __future__ import annotations
@@ -233,12 +236,6 @@ def main(argv=None) -> int:
             print("--device cuda: torch sees no CUDA device on this machine; only CPU columns are measured")
         else:
             executors += [({"name": "sequential"}, "cuda"), ({"name": "vectorized"}, "cuda")]
-    if args.ray:
-        import ray
-
-        ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
-        executors.append(({"name": "ray"}, "cpu"))
     print(f"machine: {machine()}")
     print(f"workloads: W = {CLIENTS} clients x {SAMPLES} samples, {WORKLOADS['W']} per round, "
           f"{TRAIN['local_steps']} steps of batch {TRAIN['batch_size']}; W100 = all {CLIENTS} per round")
@@ -252,14 +249,30 @@ def main(argv=None) -> int:
     print(head)
     print("-" * len(head))
     rows = []
-    for model in args.models.split(","):
-        for workload in args.workloads.split(","):
-            for row in bench(model, workload, executors, args.rounds, args.repeats):
-                rows.append(row)
-                lo, hi = row["spread"]
-                print(f"{row['model']:8} {row['workload']:8} {row['executor']:17} {row['s_round']:9.4f} "
-                      f"{row['ratio']:12.2f} {row['speedup']:8.1f}x {lo:8.4f}..{hi:<8.4f} {row['warmup_s']:9.2f} "
-                      f"{row['others']:6.2f}  {row['auto']}", flush=True)
+
+    def measure(columns: list[tuple[dict, str]]) -> None:
+        for model in args.models.split(","):
+            for workload in args.workloads.split(","):
+                for row in bench(model, workload, columns, args.rounds, args.repeats):
+                    rows.append(row)
+                    lo, hi = row["spread"]
+                    print(f"{row['model']:8} {row['workload']:8} {row['executor']:17} {row['s_round']:9.4f} "
+                          f"{row['ratio']:12.2f} {row['speedup']:8.1f}x {lo:8.4f}..{hi:<8.4f} "
+                          f"{row['warmup_s']:9.2f} {row['others']:6.2f}  {row['auto']}", flush=True)
+
+    measure(executors)
+    if args.ray:
+        # Ray's daemons and idle workers wake up often: with them running, two parallel workers on a
+        # 2-core machine trained the CNN about a quarter slower. So Ray starts only now, and its column
+        # is compared with a sequential run measured in the same pass.
+        import ray
+
+        ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+        print(f"-- with Ray started (after the columns above), against sequential in this pass; load average: "
+              f"{_load()}")
+        measure([({"name": "sequential"}, "cpu"), ({"name": "ray"}, "cpu")])
+        ray.shutdown()  # before the two-process ceiling, for the same reason
     print(f"load average at end: {_load()}")
     print()
     if "W100" in args.workloads.split(",") and len(os.sched_getaffinity(0)) >= 2:
