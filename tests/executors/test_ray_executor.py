@@ -117,11 +117,23 @@ def test_an_actor_that_cannot_come_back_is_one_line(build_simulation, local_ray)
         sim.close()
 
 
+class _Slots:
+    """A cluster whose free resources stay put (a real one's change while earlier actors wind down)."""
+
+    def __init__(self, **free):
+        self.free = free
+
+    def available_resources(self) -> dict:
+        return dict(self.free)
+
+
 def test_default_actor_count_fills_the_free_slots(local_ray):
-    free = ray.available_resources()["CPU"]
-    assert RayExecutor(RayExecutorConfig())._default_actors(ray) == int(free) >= 2
-    assert RayExecutor(RayExecutorConfig(cpus_per_actor=0.5))._default_actors(ray) == int(2 * free)
-    assert RayExecutor(RayExecutorConfig(cpus_per_actor=100))._default_actors(ray) == 1
+    assert RayExecutor(RayExecutorConfig())._default_actors(ray) >= 2  # the local Ray has at least 2 CPUs free
+    five = _Slots(CPU=5.0)
+    assert RayExecutor(RayExecutorConfig())._default_actors(five) == 5
+    assert RayExecutor(RayExecutorConfig(cpus_per_actor=0.5))._default_actors(five) == 10
+    assert RayExecutor(RayExecutorConfig(cpus_per_actor=100))._default_actors(five) == 1
+    assert RayExecutor(RayExecutorConfig(gpus_per_actor=0.25))._default_actors(_Slots(CPU=5.0, GPU=2.0)) == 8
 
 
 def test_gpu_shares_beyond_the_cluster_are_refused(local_ray):
