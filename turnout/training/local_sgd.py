@@ -177,9 +177,8 @@ class LocalTrainer:
         with torch.no_grad():
             for p, v in zip(params.values(), self.model.unflatten(start).values()):
                 p.copy_(v)
-            own = dict(self.model.module.named_buffers())  # what functional_call falls back to
-            for k, b in bufs.items():
-                b.copy_(buffers[k] if k in buffers else own[k])
+            for k, b in bufs.items():  # one the caller left out: the model's own, as functional_call takes it
+                b.copy_(buffers[k] if k in buffers else self.model.module.get_buffer(k))
         plist = list(params.values())
 
         def grads(xb: torch.Tensor, yb: torch.Tensor) -> tuple[Params, torch.Tensor]:
