@@ -546,8 +546,12 @@ def text_mutation(draw, text: str) -> tuple[str, str]:
     if op == "documents":
         return text + "---\n" + text, "two documents"
     tag = draw(st.sampled_from(["!!python/object/apply:os.system ['true']", "!!binary 'AAAA'", "!!set {a, b}",
-                                "!!omap [a: 1]", "!!timestamp 2021-01-01", "!!int 'x'", "!custom 1"]))
-    return text + f"rounds: {tag}\n", f"tag {tag}"
+                                "!!set {1, 2}", "!!omap [a: 1]", "!!omap [{a: 1}]", "!!pairs [a: 1, b: 2]",
+                                "!!timestamp 2021-01-01", "2021-01-01", "2021-01-01 10:00:00", "!!int 'x'",
+                                "!custom 1", "[*zz_a, *zz_a]", "{<<: [*zz_m, *zz_m]}", "{<<: *zz_a}"]))
+    key = draw(st.sampled_from(["rounds", "seeds", "name", "selector", "train", "zz_extra"]))
+    anchors = "zz_anchor_a: &zz_a [1, 2]\nzz_anchor_m: &zz_m {name: uniform}\n" if "*zz_" in tag else ""
+    return text + anchors + f"{key}: {tag}\n", f"tag {tag} at {key}"
 
 
 @st.composite

@@ -11,6 +11,13 @@ is built. Everything that goes wrong becomes one :class:`BadYaml` with a one-lin
 Scalars follow PyYAML's YAML 1.1 rules with one YAML 1.2 addition: exponent floats without a dot
 (``1e-3``, ``2E6``) are numbers, not strings, so ``lr: 1e-3`` and ``num_clients: 1e6`` mean what
 they say (an integer option accepts ``1e6`` because it is integral; ``2.5`` is refused).
+
+YAML 1.1's other types have no place in an experiment, and PyYAML would build Python objects that no option
+accepts and no run folder can record (``seeds: !!set {1, 2}`` became a set that pydantic took as a list and
+``config.yaml`` could not write). So ``!!set``, ``!!omap``, ``!!pairs``, ``!!binary`` and ``!!timestamp`` are
+refused while composing, naming the key and the plain YAML to write instead, and a date written without a tag
+(``name: 2021-01-01``) is read as the text it is, never as a ``datetime``. Anchors, aliases and merge keys
+(``<<: *base``, ``<<: [*a, *b]``) are plain YAML and stay accepted.
 """
 
 from __future__ import annotations
@@ -62,10 +69,43 @@ class _BoundedLoader(yaml.SafeLoader):
     def compose_document(self):
         node = super().compose_document()
         _measure(node, 1, {}, set())
+        _refuse_tags(node, "", set())
         return node
 
 
 _BoundedLoader.add_implicit_resolver("tag:yaml.org,2002:float", _EXP_FLOAT, list("-+0123456789"))
+# Dates without a tag stay text (add_implicit_resolver above gave the loader its own copy of the resolvers).
+for _first, _resolvers in _BoundedLoader.yaml_implicit_resolvers.items():
+    _resolvers[:] = [r for r in _resolvers if r[0] != "tag:yaml.org,2002:timestamp"]
+
+#: YAML 1.1 types an experiment cannot hold → (what it is, what to write instead).
+REFUSED_TAGS = {
+    "tag:yaml.org,2002:set": ("a set (!!set)", "write a list instead, e.g. [1, 2]"),
+    "tag:yaml.org,2002:omap": ("an ordered mapping (!!omap)", "write a plain mapping (keys keep their order)"),
+    "tag:yaml.org,2002:pairs": ("a list of pairs (!!pairs)", "write a plain mapping"),
+    "tag:yaml.org,2002:binary": ("binary data (!!binary)", "write the value as text; bulk data belongs in a data file"),
+    "tag:yaml.org,2002:timestamp": ("a timestamp (!!timestamp)", "write the date as text, e.g. '2021-01-01'"),
+}
+
+
+def _refuse_tags(node: Node, key: str, seen: set[int]) -> None:
+    """Refuse a node tagged with one of :data:`REFUSED_TAGS`, naming its dotted key (``seeds``, ``variants[1].set``)."""
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    refused = REFUSED_TAGS.get(node.tag)
+    if refused is not None:
+        what, fix = refused
+        raise BadYaml(f"{key or 'the value'} is {what}, which an experiment cannot hold; {fix}",
+                      node.start_mark.line + 1, node.start_mark.column + 1)
+    if isinstance(node, SequenceNode):
+        for i, child in enumerate(node.value):
+            _refuse_tags(child, f"{key}[{i}]", seen)
+    elif isinstance(node, MappingNode):
+        for k, v in node.value:
+            name = str(k.value) if isinstance(k.value, str) else "?"
+            _refuse_tags(k, f"{key}.{name}" if key else name, seen)
+            _refuse_tags(v, f"{key}.{name}" if key else name, seen)
 
 
 def _measure(node: Node, depth: int, memo: dict[int, tuple[int, int]], path: set[int]) -> tuple[int, int]:
