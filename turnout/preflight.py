@@ -16,7 +16,12 @@ configs alone:
 * **population** — per-client columns and the label histogram, one permutation of a client's
   rows for its minibatches;
 * **components** — whatever a component class declares with ``memory_bytes(cfg, sizes)``
-  (generated availability traces, FedGS's dense ``N × N`` graph).
+  (generated availability traces, FedGS's dense ``N × N`` graph);
+* **worker processes** — an executor that starts processes (``parallel``, ``auto``; ``Executor.processes``)
+  costs, per worker, a fresh interpreter with torch and turnout imported (measured once by starting one:
+  :func:`turnout.executors.parallel.worker_process_bytes`) plus its model copies, and once for all of them the
+  shared copy of the dataset and of the parameter board they map. More workers than cores is allowed, with a
+  one-line warning: they share the cores and the run gets slower, not faster.
 
 The estimate is rough by design (within a small factor) and meant to stop the absurd, so it is
 compared with the memory actually available: ``MemAvailable`` from ``/proc/meminfo`` (where
@@ -29,13 +34,15 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 import torch
 
 from .config.loader import ResolvedExperiment
-from .errors import ConfigError
+from .errors import ConfigError, ConfigWarning
+from .executors.parallel import available_cores, worker_process_bytes
 
 #: Model-sized float32 vectors a simulation keeps besides the cohort's (global model, server momentum
 #: or Adam moments, the coordinate ledger's int64 rounds, an evaluation copy, aggregation buffers).
@@ -46,6 +53,10 @@ COHORT_COPIES = 2
 CLIENT_BYTES = 256
 #: Launched clients assumed when a selector has no ``clients_per_round``.
 DEFAULT_COHORT = 10
+#: Model-sized float32 vectors a worker process keeps (its module, gradients, the optimiser's state, a buffer).
+WORKER_MODEL_COPIES = 4
+#: Model-sized rows per launched client on the parameter board the workers map (start, offset, end, gradient).
+BOARD_COPIES = 4
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,7 @@ class Term:
     key: str
     value: Any
     bytes: int
+    fix: str = ""  # what to do about it; default "make <label> smaller"
 
 
 def check_resources(variants: list[ResolvedExperiment], available: int | None = None) -> None:
@@ -77,12 +89,14 @@ def check_resources(variants: list[ResolvedExperiment], available: int | None = 
     if available is None:
         available = available_bytes()
     if available is None or need <= available:
+        warn_oversubscribed(variants)  # a plan that fits may still ask for more workers than cores
         return
     terms.sort(key=lambda t: t.bytes, reverse=True)
     parts = ", ".join(f"{t.label} {format_bytes(t.bytes)}" for t in terms[:3] if t.bytes)
     big = terms[0]
+    fix = big.fix or f"make {big.label} smaller"
     raise ConfigError(big.key, big.value, f"the run needs about {format_bytes(need)} of memory ({parts}), more "
-                                          f"than the {format_bytes(available)} available; make {big.label} smaller "
+                                          f"than the {format_bytes(available)} available; {fix} "
                                           "or run it on a machine with more memory")
 
 
@@ -138,7 +152,36 @@ def _simulation_terms(v: ResolvedExperiment, fp, where: str) -> list[Term]:
         hook = getattr(comp.cls, "memory_bytes", None)
         if hook is not None:
             terms.append(Term(f"the {seam}", f"{where}{seam}.name", comp.name, int(hook(comp.cfg, sizes))))
+    workers = _worker_term(v, dim, launch, fp.bytes, where)
+    if workers is not None:
+        terms.append(workers)
     return terms
+
+
+def _worker_term(v: ResolvedExperiment, dim: int, launch: int, data_bytes: int, where: str) -> Term | None:
+    """The executor's worker processes: each an interpreter with torch, plus the data and board they share."""
+    executor = v["executor"]
+    n = executor.cls.processes(executor.cfg)
+    if n < 1:
+        return None
+    each = worker_process_bytes() + 4 * dim * WORKER_MODEL_COPIES
+    shared = data_bytes + 4 * dim * BOARD_COPIES * launch
+    return Term(f"the executor's {n} worker processes", f"{where}executor.workers", n, n * each + shared,
+                fix=f"lower executor.workers (each worker process holds about {format_bytes(each)}: a Python "
+                    "interpreter with torch imported and its model copies)")
+
+
+def warn_oversubscribed(variants: list[ResolvedExperiment]) -> None:
+    """One warning when an executor would start more worker processes than this process has cores."""
+    cores = available_cores()
+    for v in variants:
+        executor = v["executor"]
+        n = executor.cls.processes(executor.cfg)
+        if n > cores:
+            warnings.warn(ConfigWarning(f"executor.workers = {n} starts more worker processes than the {cores} "
+                                        "cores this process may use; they will share the cores and the rounds get "
+                                        "slower, not faster"), stacklevel=3)
+            return
 
 
 def model_parameters(v: ResolvedExperiment, input_shape: Iterable[int], num_classes: int) -> int:

@@ -72,6 +72,11 @@ class AutoExecutor(Executor):
 
     Config = AutoConfig
 
+    @classmethod
+    def processes(cls, cfg: AutoConfig) -> int:
+        """As many as ``parallel`` would start: the rule may pick it for any round on a CPU."""
+        return cfg.workers or available_cores()
+
     def __init__(self, cfg: AutoConfig):
         super().__init__(cfg)
         self.cores = cfg.workers or available_cores()

@@ -36,6 +36,11 @@ class Executor(ABC):
     def __init__(self, cfg: BaseModel):
         self.cfg = cfg
 
+    @classmethod
+    def processes(cls, cfg: BaseModel) -> int:
+        """Worker processes this executor may start besides the driver (pre-flight counts their memory)."""
+        return 0
+
     @abstractmethod
     def run(self, batch: ClientBatch, algorithm: Algorithm, trainer: LocalTrainer,
             data: FederatedDataset) -> CohortResult:
