@@ -15,8 +15,8 @@ crash), ``turnout resume DIR`` continues every unfinished unit from its last che
 from __future__ import annotations
 
 import json
-import platform
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,12 +24,12 @@ import numpy as np
 import torch
 import yaml
 
-from . import __version__
 from .baselines import centralized_accuracy
 from .config.loader import ResolvedExperiment
 from .data.federated import FederatedDataset
 from .engine import build_model
-from .errors import ConfigError, DataError, TurnoutError
+from .environment import version_changes, versions
+from .errors import ConfigError, ConfigWarning, DataError, TurnoutError
 from .metrics import comparison_rows, cumulate
 from .plots import plot_accuracy
 from .preflight import check_resources
@@ -37,11 +37,6 @@ from .progress import ProgressBar
 from .recorders.base import rows_to_columns
 from .rundir import RunFolder, atomic_write_text
 from .unit import StopFlag, jsonable, read_clients, read_rows, read_summary
-
-
-def versions() -> dict[str, str]:
-    return {"turnout": __version__, "torch": str(torch.__version__), "numpy": str(np.__version__),
-            "python": platform.python_version()}
 
 
 @dataclass
@@ -282,6 +277,11 @@ def open_resume(given: Path, expected_variants: list[ResolvedExperiment] | None,
     except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
         folder.release()
         raise ConfigError("resume", str(given), f"its experiment.json/config.yaml cannot be read ({exc})") from None
+    changed = version_changes(config.get("turnout") or {})
+    if changed:
+        warnings.warn(ConfigWarning(f"{folder.path} was started with other package versions ({', '.join(changed)}); "
+                                    "the resumed rounds may differ in their last digits from an uninterrupted run"),
+                      stacklevel=2)
     try:
         variants = expand_experiment(stored, expand) if expected_variants is None else expected_variants
         _same_plugins(config.get("plugins") or [], variants[0].config.plugins)
