@@ -30,6 +30,7 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
+from .. import numerics
 from .. import rng as rngmod
 from ..config.base import StrictModel
 from ..config.limits import MAX_CLIENTS, MAX_ROUNDS
@@ -65,7 +66,7 @@ def label_mix_probabilities(label_hist: np.ndarray, seed: int, first_half_max: f
     u = np.concatenate((g.uniform(0.0, first_half_max, first),
                         g.uniform(0.0, second_half_max, num_classes - first)))
     totals = hist.sum(axis=1)
-    mix = hist @ u
+    mix = numerics.ordered_matmul(hist, u)  # decides availability: the same bits on every BLAS kernel
     uniform_mix = float(u.mean()) if num_classes else 0.0
     p = np.divide(mix, totals, out=np.full(len(totals), uniform_mix), where=totals > 0)
     return np.clip(p, 0.0, 1.0)

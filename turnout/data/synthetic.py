@@ -27,6 +27,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from .. import numerics
 from .. import rng as rngmod
 from ..config.base import StrictModel
 from ..config.limits import MAX_CLASSES, MAX_CLIENTS, MAX_FEATURES, MAX_SAMPLES, MAX_SCALE, MAX_SEED
@@ -40,8 +41,12 @@ def _covariance(dim: int) -> np.ndarray:
 
 
 def _labels(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``argmax(softmax(x W + b))``; softmax is monotone, so it is left out."""
-    return np.argmax(x @ w + b, axis=1).astype(np.int64)
+    """``argmax(softmax(x W + b))``; softmax is monotone, so it is left out.
+
+    The product is summed in a fixed order (:func:`turnout.numerics.ordered_matmul`): a label is a discrete
+    outcome and must not depend on which BLAS kernel the machine picks.
+    """
+    return np.argmax(numerics.ordered_matmul(x, w) + b, axis=1).astype(np.int64)
 
 
 def _generate_fedprox(rs: np.random.RandomState, alpha: float, beta: float, iid: bool, num_clients: int,

@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from scipy.sparse.csgraph import csgraph_from_dense, floyd_warshall
 
+from .. import numerics
+
 #: FedGS code defaults (``create_adj_from_graph(graph, epsilon=0.01, sigma=0.1)``).
 DEFAULT_EPSILON = 0.01
 DEFAULT_SIGMA = 0.1
@@ -39,14 +41,10 @@ def cosine_similarity(features: np.ndarray, clamp_negative: bool = False) -> np.
 
     A zero feature vector (a client with no training labels, a zero update) has similarity 0 to
     everyone (FedGS would produce NaN). ``clamp_negative`` applies the paper's ``max(cos, 0)``
-    (Eqs. 11–12); the FedGS code does not clamp, which is the default.
+    (Eqs. 11–12); the FedGS code does not clamp, which is the default. The graph decides the cohort,
+    so the products are exact on every BLAS kernel (:func:`turnout.numerics.cosine_similarity`).
     """
-    u = np.asarray(features, dtype=np.float64)
-    u = u.reshape(len(u), -1)
-    norms = np.linalg.norm(u, axis=1)
-    unit = np.divide(u, norms[:, None], out=np.zeros_like(u), where=norms[:, None] > 0)
-    v = unit @ unit.T
-    np.clip(v, -1.0, 1.0, out=v)
+    v = numerics.cosine_similarity(features)
     if clamp_negative:
         np.maximum(v, 0.0, out=v)
     np.fill_diagonal(v, 0.0)
