@@ -10,6 +10,15 @@ tiny synthetic problem, and hashes each run's ``rounds.csv`` and ``clients.csv``
     python scripts/golden_hashes.py --check            # re-run everything, compare, exit 1 on a difference
     python scripts/golden_hashes.py --check --only quickstart,refl   # a subset (substring match)
 
+Two levels of sameness (``docs/determinism.md``). Where this machine's environment fingerprint (package
+versions, numpy's OpenBLAS kernel, torch's CPU capability; ``tests/golden/environment.json``) is the one the
+hashes were recorded with, every table must be byte-identical. Elsewhere a table whose hash differs is compared
+with the recorded table (``tests/golden/tables.json.gz``): integers, strings, booleans and empty cells exactly,
+floats within a relative tolerance of ``REL_TOL`` (absolute ``ABS_TOL`` near zero). ``--write`` records all three
+(with ``--only``/``--names``: those cases' hashes and tables, merged into the records of the same environment).
+Tables are kept for the cases recorded since tables existed (every FedGS, label-mix and FedSUM case and the
+default suite's handful); a case without one can only be checked byte for byte.
+
 ``tests/test_golden_hashes.py`` re-checks a handful of cases in the default suite.
 """
 
@@ -17,10 +26,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
+import gzip
 import hashlib
 import io
 import itertools
 import json
+import math
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -29,6 +42,16 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "hashes.json"
+TABLES = ROOT / "tests" / "golden" / "tables.json.gz"
+ENVIRONMENT = ROOT / "tests" / "golden" / "environment.json"
+FILES = ("rounds.csv", "clients.csv")
+#: Tolerance across environments. The same code on another OpenBLAS kernel or CPU ISA changes a float's last
+#: bits and training carries them through a few rounds; 1e-6 is 16 float32 ulps (what torch trains in) yet far
+#: below any change of behaviour (one SGD step, another client, another byte count moves numbers by > 1e-4).
+#: The reproduction pages' check (scripts/pages.py) uses the same tolerance.
+REL_TOL = 1e-6
+ABS_TOL = 1e-12
+_INT = re.compile(r"^-?[0-9]+$")
 SHORT = ["rounds=10", "seeds=[0]", "output.plots=false", "output.progress=false",
          "eval.centralized_baseline=false"]
 
@@ -59,10 +82,6 @@ MATRIX_OPTIONS = {
     "selector": {"sticky": {"sticky_size": 8, "sticky_per_round": 3}},
     "round_mode": {"deadline": {"deadline_s": 0.1}},
 }
-
-
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _registries():
@@ -125,6 +144,15 @@ def cases() -> dict[str, tuple[str | dict, list[str]]]:
 
 def run_case(source: str | dict, overrides: list[str], work: Path) -> dict[str, str]:
     """Run one case through the CLI in this process; sha256 of its rounds.csv and clients.csv."""
+    return {name: _sha_text(text) for name, text in run_case_tables(source, overrides, work).items()}
+
+
+def _sha_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def run_case_tables(source: str | dict, overrides: list[str], work: Path) -> dict[str, str]:
+    """Run one case through the CLI in this process; the text of its rounds.csv and clients.csv."""
     from turnout.cli import main
 
     work.mkdir(parents=True, exist_ok=True)
@@ -140,38 +168,122 @@ def run_case(source: str | dict, overrides: list[str], work: Path) -> dict[str, 
         rc = main(args)
     if rc != 0:
         raise SystemExit(f"turnout {' '.join(args)} exited {rc}")
-    return {name: _sha(out / name) for name in ("rounds.csv", "clients.csv")}
+    return {name: (out / name).read_bytes().decode() for name in FILES}
+
+
+def _cell_differs(want: str, got: str) -> bool:
+    if want == got:
+        return False
+    if _INT.match(want) or _INT.match(got):
+        return True  # counts, bytes, rounds, ids: exact
+    try:
+        a, b = float(want), float(got)
+    except ValueError:
+        return True  # strings, booleans, an empty cell against a number
+    if math.isnan(a) or math.isnan(b):
+        return not (math.isnan(a) and math.isnan(b))
+    return not math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+
+
+def table_differences(want: str, got: str, limit: int = 3) -> list[str]:
+    """Where table ``got`` differs from ``want`` beyond the tolerance (empty: the same within it)."""
+    a, b = list(csv.reader(io.StringIO(want))), list(csv.reader(io.StringIO(got)))
+    if not a or not b or a[0] != b[0]:
+        return ["the columns differ"]
+    if len(a) != len(b):
+        return [f"{len(b) - 1} rows, {len(a) - 1} recorded"]
+    out = []
+    for i, (ra, rb) in enumerate(zip(a[1:], b[1:]), start=1):
+        for col, x, y in zip(a[0], ra, rb):
+            if len(ra) != len(rb) or _cell_differs(x, y):
+                out.append(f"row {i} {col}: {y!r}, recorded {x!r}")
+                if len(out) >= limit:
+                    return out
+    return out
+
+
+def environment() -> dict[str, str]:
+    """This process's environment fingerprint (turnout.environment.fingerprint)."""
+    from turnout.environment import fingerprint
+
+    return fingerprint()
+
+
+def recorded_environment() -> dict[str, str]:
+    return json.loads(ENVIRONMENT.read_text()) if ENVIRONMENT.exists() else {}
+
+
+def recorded_tables() -> dict[str, dict[str, str]]:
+    if not TABLES.exists():
+        return {}
+    return json.loads(gzip.decompress(TABLES.read_bytes()).decode())
+
+
+def compare(name: str, tables: dict[str, str], hashes: dict[str, dict[str, str]],
+            recorded: dict[str, dict[str, str]], same_environment: bool) -> tuple[str, list[str]]:
+    """(``"identical"`` | ``"within tolerance"`` | ``"DIFF"``, problems) of one case against the records."""
+    got = {f: _sha_text(t) for f, t in tables.items()}
+    if hashes.get(name) == got:
+        return "identical", []
+    if same_environment:
+        return "DIFF", ["not byte-identical in the environment the hashes were recorded in"]
+    if name not in recorded:
+        return "DIFF", ["no recorded table to compare within tolerance"]
+    problems = [f"{f}: {p}" for f in FILES for p in table_differences(recorded[name][f], tables[f])]
+    return ("DIFF" if problems else "within tolerance"), problems
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = p.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--write", action="store_true", help="record the hashes")
-    mode.add_argument("--check", action="store_true", help="compare with the recorded hashes")
+    mode.add_argument("--write", action="store_true", help="record the hashes, tables and environment")
+    mode.add_argument("--check", action="store_true", help="compare with the recorded hashes (tables elsewhere)")
     p.add_argument("--only", default="", help="comma-separated substrings of case names to run")
+    p.add_argument("--names", type=Path, default=None, help="a file of exact case names to run, one a line")
     args = p.parse_args(argv)
     want = [s for s in args.only.split(",") if s]
-    todo = {k: v for k, v in cases().items() if not want or any(w in k for w in want)}
+    exact = set(args.names.read_text().split("\n")) - {""} if args.names else set()
+    want += sorted(exact)
+    todo = {k: v for k, v in cases().items()
+            if not want or k in exact or any(w in k for w in want[:len(want) - len(exact)])}
     golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
-    results, bad = {}, []
+    tables_before = recorded_tables()
+    env, env_before = environment(), recorded_environment()
+    same_env = env == env_before
+    if args.check and not same_env:
+        changed = ", ".join(f"{k} {env_before.get(k)} → {v}" for k, v in env.items() if env_before.get(k) != v)
+        print(f"environment differs from the recording ({changed}): tables that are not byte-identical are "
+              f"compared within relative {REL_TOL:g}", flush=True)
+    results, tables, bad = {}, {}, []
+    counts = {"identical": 0, "within tolerance": 0, "DIFF": 0}
     with tempfile.TemporaryDirectory(prefix="turnout-golden-") as tmp:
         for i, (name, (source, overrides)) in enumerate(todo.items()):
-            got = run_case(source, overrides, Path(tmp) / str(i))
-            results[name] = got
+            got = run_case_tables(source, overrides, Path(tmp) / str(i))
+            tables[name] = got
+            results[name] = {f: _sha_text(t) for f, t in got.items()}
             if args.check:
-                ok = golden.get(name) == got
-                if not ok:
+                verdict, problems = compare(name, got, golden, tables_before, same_env)
+                counts[verdict] += 1
+                if verdict == "DIFF":
                     bad.append(name)
-                print(f"{'ok  ' if ok else 'DIFF'} {name}", flush=True)
+                tag = {"identical": "ok  ", "within tolerance": "~ok "}.get(verdict, "DIFF")
+                print(f"{tag} {name}" + (f"  ({'; '.join(problems)})" if problems else ""), flush=True)
             else:
-                print(f"{name}: {got['rounds.csv'][:12]} {got['clients.csv'][:12]}", flush=True)
+                print(f"{name}: {results[name]['rounds.csv'][:12]} {results[name]['clients.csv'][:12]}", flush=True)
     if args.write:
+        if want and env_before and not same_env:
+            raise SystemExit("--only adds to records made in another environment; record every case (no --only)")
         GOLDEN.parent.mkdir(parents=True, exist_ok=True)
         merged = {**golden, **results} if want else results
+        merged_tables = {**tables_before, **tables} if want else tables
         GOLDEN.write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")
-        print(f"wrote {len(results)} cases to {GOLDEN.relative_to(ROOT)}")
+        TABLES.write_bytes(gzip.compress(json.dumps(dict(sorted(merged_tables.items())), sort_keys=True).encode(),
+                                         mtime=0))
+        ENVIRONMENT.write_text(json.dumps(env, indent=1) + "\n")
+        print(f"wrote {len(results)} cases to {GOLDEN.relative_to(ROOT)} and {TABLES.relative_to(ROOT)}")
         return 0
-    print(f"{len(todo) - len(bad)} of {len(todo)} cases identical")
+    print(f"{len(todo) - len(bad)} of {len(todo)} cases identical or within tolerance ({counts['identical']} "
+          f"byte-identical, {counts['within tolerance']} within relative {REL_TOL:g}, {counts['DIFF']} differ)")
     return 1 if bad else 0
 
 

@@ -2,7 +2,10 @@
 
 tests/golden/hashes.json holds sha256 of rounds.csv and clients.csv for every experiment file
 (shortened to 10 rounds, seed 0), every setting scripts/reproduce.sh runs, and the seam matrix,
-recorded before a refactor; a behaviour-preserving change keeps every one of them.
+recorded before a refactor; a behaviour-preserving change keeps every one of them. In the environment they were
+recorded in (tests/golden/environment.json) the tables must be byte-identical; on another BLAS kernel or CPU
+they must match the recorded tables (tests/golden/tables.json.gz) with every integer, string and boolean exact
+and floats within the stated relative tolerance (docs/determinism.md).
 """
 
 import importlib.util
@@ -16,6 +19,8 @@ SPEC = importlib.util.spec_from_file_location("golden_hashes", ROOT / "scripts" 
 golden = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(golden)
 RECORDED = json.loads(golden.GOLDEN.read_text())
+TABLES = golden.recorded_tables()
+SAME_ENVIRONMENT = golden.environment() == golden.recorded_environment()
 
 HANDFUL = ["exp:quickstart.yaml", "exp:refl/fashion_mnist.yaml[DL-IID]", "exp:fedsum/cases.yaml",
            "exp:adaptive_ou/synthetic.yaml",
@@ -29,4 +34,43 @@ HANDFUL = ["exp:quickstart.yaml", "exp:refl/fashion_mnist.yaml[DL-IID]", "exp:fe
 def test_output_hash_is_unchanged(name, tmp_path):
     assert name in RECORDED, f"{name} is not a recorded case"
     source, overrides = golden.cases()[name]
-    assert golden.run_case(source, overrides, tmp_path) == RECORDED[name]
+    tables = golden.run_case_tables(source, overrides, tmp_path)
+    verdict, problems = golden.compare(name, tables, RECORDED, TABLES, SAME_ENVIRONMENT)
+    assert verdict != "DIFF", f"{name}: {problems}"
+
+
+def test_the_recorded_tables_are_the_hashed_ones_and_cover_the_handful():
+    assert set(HANDFUL) <= set(TABLES) <= set(RECORDED)
+    for name, files in TABLES.items():
+        assert {f: golden._sha_text(t) for f, t in files.items()} == RECORDED[name], name
+
+
+ROUNDS = "round,n_selected,bytes_up,fedgs_solver,fedgs_objective,accuracy\n0,4,9760,heuristic,0.5542135914790631,\n"
+
+
+@pytest.mark.parametrize("got, verdict", [
+    (ROUNDS, []),  # the same text
+    (ROUNDS.replace("0.5542135914790631", "0.5542135914790629"), []),  # another BLAS kernel's last digits
+    (ROUNDS.replace("0.5542135914790631", "0.5542145"), ["fedgs_objective"]),  # 1.6e-6 relative: too far
+    (ROUNDS.replace("9760", "9761"), ["bytes_up"]),  # integers are exact
+    (ROUNDS.replace("heuristic", "exact"), ["fedgs_solver"]),  # strings are exact
+    (ROUNDS.replace("0.5542135914790631,", "0.5542135914790631,0.5"), ["accuracy"]),  # empty vs a number
+    (ROUNDS.replace(",4,", ",4.0,"), ["n_selected"]),  # an integer written as a float is a change
+])
+def test_tolerant_comparison_is_exact_on_discrete_cells_and_relative_on_floats(got, verdict):
+    found = golden.table_differences(ROUNDS, got)
+    assert [next(c for c in verdict if c in p) for p in found] == verdict, found
+
+
+def test_tolerant_comparison_refuses_other_columns_or_rows():
+    assert golden.table_differences(ROUNDS, ROUNDS.replace("accuracy", "loss")) == ["the columns differ"]
+    assert golden.table_differences(ROUNDS, ROUNDS + "1,4,9760,heuristic,0.5,\n") == ["2 rows, 1 recorded"]
+
+
+def test_byte_identity_is_demanded_in_the_recording_environment():
+    name = HANDFUL[0]
+    tables = TABLES[name]
+    nudged = {f: t.replace("0.", "0.0000000", 1) if f == "rounds.csv" else t for f, t in tables.items()}
+    assert golden.compare(name, tables, RECORDED, TABLES, same_environment=True) == ("identical", [])
+    verdict, _ = golden.compare(name, nudged, RECORDED, TABLES, same_environment=True)
+    assert verdict == "DIFF"
