@@ -16,8 +16,6 @@ hashes were recorded with, every table must be byte-identical. Elsewhere a table
 with the recorded table (``tests/golden/tables.json.gz``): integers, strings, booleans and empty cells exactly,
 floats within a relative tolerance of ``REL_TOL`` (absolute ``ABS_TOL`` near zero). ``--write`` records all three
 (with ``--only``/``--names``: those cases' hashes and tables, merged into the records of the same environment).
-Tables are kept for the cases recorded since tables existed (every FedGS, label-mix and FedSUM case and the
-default suite's handful); a case without one can only be checked byte for byte.
 
 ``tests/test_golden_hashes.py`` re-checks a handful of cases in the default suite.
 """
