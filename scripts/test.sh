@@ -21,7 +21,7 @@ echo "lint first: ruff check ."
 if [ "${TURNOUT_CHECKS:-1}" != "0" ]; then
   echo "docs: mkdocs build --strict (warnings are errors)"
   site="$(mktemp -d "${TMPDIR:-/tmp}/turnout-site.XXXXXX")"
-  .venv/bin/mkdocs build --strict --site-dir "$site"
+  NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$site"
   rm -rf "$site"
   bash scripts/package_check.sh
 fi
