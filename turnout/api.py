@@ -154,11 +154,12 @@ def _folder(given: Path, partial: str, partial_of) -> Path:
 
 def _raw(experiment) -> dict[str, Any]:
     """The experiment as the dict an experiment file holds (what the run folder stores for resume and workers)."""
+    from . import bundled
     from . import plugins as plugmod
     from .config.loader import read_yaml
 
     if isinstance(experiment, (str, Path)):
-        return read_yaml(experiment)
+        return read_yaml(bundled.resolve(experiment))
     if isinstance(experiment, Mapping):
         raw = copy.deepcopy(dict(experiment))
         if "plugins" in raw:

@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="turnout", description="Federated-learning simulation under realistic client participation.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser("run", help="run experiments (all variants × seeds) and write a run folder each")
-    run.add_argument("config", nargs="+", help="experiment YAML file(s); several run as one sweep")
+    run.add_argument("config", nargs="+", help="experiment YAML file(s) or bundled experiment names (`turnout list "
+                                               "experiments`); several run as one sweep")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config value, e.g. --set selector.clients_per_round=20 (repeatable)")
     where = run.add_mutually_exclusive_group()
@@ -70,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="rerun a unit whose worker died up to K times, from its last checkpoint (default 2)")
         p_.add_argument("--quiet", action="store_true", help="no progress bar")
     chk = sub.add_parser("check", help="validate an experiment without running it and print the resolved variants")
-    chk.add_argument("config", help="experiment YAML file")
+    chk.add_argument("config", help="experiment YAML file or bundled experiment name")
     chk.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config value, as for `turnout run` (repeatable)")
     chk.add_argument("--data", action="store_true",
@@ -81,7 +82,8 @@ def _parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="list every registered component per seam (with a seam: their options)")
     ls.add_argument("seam", nargs="?", default=None,
                     help="show the options of a seam's components, one component's or a block's (e.g. compressor, "
-                         "selector.sticky, data.partition.dirichlet, train, eval, loggers)")
+                         "selector.sticky, data.partition.dirichlet, train, eval, loggers), or `experiments`: "
+                         "the experiments bundled with turnout")
     _add_plugin_arg(ls)
     rep = sub.add_parser("report", help="a markdown results page (tables + curves) from finished run folders")
     rep.add_argument("folders", nargs="+", type=Path, help="run folders; each becomes a column, named by its folder")
@@ -108,6 +110,9 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--paired", action="append", default=None, metavar="METRIC",
                      help="summary column to give paired differences for (repeatable; default: final accuracy and "
                           "rounds/time/bytes to target, where tabulated)")
+    new = sub.add_parser("new", help="write a starter folder: an experiment file, a plugin module with a "
+                                     "selector and an aggregation rule, and a test that runs them")
+    new.add_argument("folder", type=Path, help="folder to create (must not exist, or be empty)")
     _add_trace_parser(sub)
     _add_plot_parser(sub)
     return p
@@ -330,11 +335,12 @@ def cmd_list(seam: str | None = None, plugin_specs: list[str] = ()) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from . import bundled
     from .check import check, summary_lines
     from .composition import expand
     from .config.loader import parse_override, read_yaml
 
-    raw, overrides = _with_cli_options(read_yaml(args.config), args,
+    raw, overrides = _with_cli_options(read_yaml(bundled.resolve(args.config)), args,
                                        dict(parse_override(o) for o in args.overrides))
     variants = expand(raw, overrides)
     check(variants, build_data=args.data)
@@ -379,6 +385,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_specs(args: argparse.Namespace, expand) -> list[tuple]:
     """(variants, experiment, out, resume) per experiment of the command line, validated before anything runs."""
+    from . import bundled
     from .config.loader import parse_override, read_yaml
     from .experiment import expand_experiment
     from .rundir import check_out, default_out_dir
@@ -391,7 +398,7 @@ def _run_specs(args: argparse.Namespace, expand) -> list[tuple]:
     overrides = dict(parse_override(o) for o in args.overrides)
     specs, names = [], {}
     for path in args.config:
-        raw, with_flags = _with_cli_options(read_yaml(path), args, overrides)
+        raw, with_flags = _with_cli_options(read_yaml(bundled.resolve(path)), args, overrides)
         experiment = {"raw": raw, "overrides": dict(with_flags), "only": list(args.variant) or None}
         variants = expand_experiment(experiment, expand)
         if args.seed:
@@ -515,8 +522,15 @@ def main(argv: list[str] | None = None) -> int:
 
     args = _parser().parse_args(argv)
     try:
+        if args.command == "list" and args.seam == "experiments":
+            from .bundled import listing_lines
+            print("\n".join(listing_lines()))
+            return 0
         if args.command == "list":
             return cmd_list(args.seam, args.plugins)
+        if args.command == "new":
+            from .starter import write_starter
+            return write_starter(args.folder)
         if args.command == "report":
             return cmd_report(args)
         if args.command == "trace":

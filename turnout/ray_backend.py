@@ -8,8 +8,8 @@ and finished tables back to this process through a Ray queue; this process owns 
 writes them. A task lost with its worker or node is started again and resumes from the unit's last
 checkpoint; a unit's own Python error is reported without retrying (it would fail again).
 
-Ray is an optional extra: ``pip install 'turnout[ray]'``. Cluster recipe (README, "Run sweeps on
-Ray"): ``ray start --head`` on one node, ``ray start --address HEAD:6379`` on the others, then
+Ray is an optional extra: ``pip install 'turnout[ray]'``. Cluster recipe (docs/scale.md, "Sweeps:
+several cores, Ray, grids"): ``ray start --head`` on one node, ``ray start --address HEAD:6379`` on the others, then
 ``turnout run EXP.yaml --backend ray --address HEAD:6379`` from a node that sees the run folder.
 """
 

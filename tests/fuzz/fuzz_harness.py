@@ -1,7 +1,7 @@
 """Runs one fuzz case through the ``turnout`` CLI and checks the bad-input contract.
 
-A case is an argv for ``turnout`` plus the folder it may write to. The contract (README, "Input
-rules and limits"):
+A case is an argv for ``turnout`` plus the folder it may write to. The contract (docs/experiment-files.md,
+"Input rules and limits"):
 
 * refused: exit code 2, nothing on stdout, exactly one stderr line starting ``turnout: error:``,
   and nothing written — no run folder (``DIR`` or ``DIR.partial``), no output file, nothing new in

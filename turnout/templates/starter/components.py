@@ -1,0 +1,85 @@
+"""Your components: a selector and an aggregation rule, registered under names the experiment file uses.
+
+``experiment.yaml`` names this file under ``plugins:``, so ``selector: {name: my_selector}`` and
+``algorithm: {name: my_rule}`` work like built-ins: validated before any work, shown by
+``turnout list --plugin components.py selector.my_selector``, imported again in every worker process.
+Both are working skeletons — a fair selector and a norm-clipped mean — to edit into your own idea.
+
+Two rules keep a run exact and resumable: whatever changes while a run goes on is listed in
+``state_attrs`` (a checkpoint carries it), and randomness comes from the round's stream ``ctx.rng``,
+never from a global generator.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from turnout.algorithms.base import ALGORITHMS, Algorithm
+from turnout.config.base import StrictModel
+from turnout.config.limits import MAX_CLIENTS, MAX_SERVER_LR
+from turnout.records import Cohort, Reports, SelectionContext
+from turnout.selectors.base import SELECTORS, Selector
+
+
+@SELECTORS.register("my_selector")
+class FewestTurnsFirst(Selector):
+    """Launch the available clients with the fewest turns so far (ties broken at random).
+
+    The first line of the docstring is what ``turnout list`` prints. ``select`` gets who is online
+    (``ctx.available``), how many to launch (``ctx.launch``: K, or more when the round mode
+    over-commits), the round and its random stream; it returns the cohort and each member's
+    aggregation weight.
+    """
+
+    class Config(StrictModel):  # the options of `selector: {name: my_selector, ...}`, checked before any work
+        clients_per_round: int = Field(10, ge=1, le=MAX_CLIENTS, description="K: reports wanted per round")
+        weighting: Literal["n_samples", "equal"] = Field(
+            "n_samples", description="aggregation weight of a report: the client's sample count, or equal")
+
+    state_attrs = ("turns",)  # changes during a run: checkpointed, so a resumed run selects the same clients
+
+    def __init__(self, cfg: Config, world):
+        super().__init__(cfg, world)
+        self.turns = np.zeros(world.num_clients, dtype=np.int64)  # launches per client (numpy, not objects)
+
+    def target(self) -> int:
+        return self.cfg.clients_per_round
+
+    def select(self, ctx: SelectionContext) -> Cohort:
+        available = np.asarray(ctx.available, dtype=np.int64)
+        m = min(int(ctx.launch), len(available))
+        if m == 0:
+            return Cohort(np.zeros(0, np.int64), np.zeros(0), target=0)
+        key = self.turns[available] + ctx.rng.random(len(available))  # fewest turns first; random ties
+        clients = np.sort(available[np.argsort(key, kind="stable")[:m]])
+        self.turns[clients] += 1
+        weights = self.n_train[clients].astype(np.float64) if self.cfg.weighting == "n_samples" else np.ones(m)
+        return Cohort(clients, weights, normalize=True, target=min(self.target(), m))
+
+
+@ALGORITHMS.register("my_rule")
+class ClippedMean(Algorithm):
+    """Weighted mean of the updates, each first scaled down to an L2 norm of at most ``clip_norm``.
+
+    The server rule is ``aggregate``: the reports arrive as one batch (``reports.updates`` is a
+    clients × parameters tensor, ``reports.weights`` the selector's weights) and it returns the new
+    global parameters. The clients run FedAvg's local SGD (the client hooks' defaults).
+    """
+
+    class Config(StrictModel):
+        clip_norm: float = Field(10.0, gt=0.0, description="largest L2 norm of an update that counts in full")
+        server_lr: float = Field(1.0, gt=0.0, le=MAX_SERVER_LR, description="step size of the server update")
+
+    def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
+        if len(reports) == 0:
+            return global_params  # nobody reported: the model stays put
+        norms = torch.linalg.vector_norm(reports.updates, dim=1, keepdim=True)
+        scale = torch.clamp(self.cfg.clip_norm / torch.clamp(norms, min=1e-12), max=1.0)
+        weights = torch.as_tensor(reports.weights, dtype=reports.updates.dtype)
+        if reports.normalize:  # relative weights: divide by the sum over the reports that arrived
+            weights = weights / weights.sum()
+        return global_params + self.cfg.server_lr * (weights @ (reports.updates * scale))
