@@ -1,6 +1,7 @@
 """Federated datasets (arrays + per-client offsets), their loaders and partitioners."""
 
-from . import digits, huggingface, idx, leaf, partition, population, shakespeare, synthetic  # noqa: F401  (register)
+from . import (  # noqa: F401  (register components)
+    digits, flower_partition, huggingface, idx, leaf, partition, population, shakespeare, synthetic)
 from .federated import FederatedDataset
 from .registry import DATASETS, PARTITIONERS
 

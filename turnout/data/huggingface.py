@@ -120,6 +120,9 @@ class HuggingFaceDataset:
         def _where(self):
             if (self.hub_id is None) == (self.path is None):
                 raise ConfigError("path", self.path, "give exactly one of path (a local folder) and hub_id")
+            if self.partition.get("name") == "natural" and self.partition.get("by") is None:
+                raise ConfigError("partition.by", None, "required: the column holding the client id (writer, "
+                                                        "speaker), or set data.client_id")
             if self.path is not None:
                 problem = local_path_problem(self.path)
                 if problem:
