@@ -36,7 +36,8 @@ def _dataset(n: int = N, writers=WRITERS, seed: int = 0):
     from PIL import Image
 
     labels = np.random.default_rng(seed).integers(0, 10, n)
-    feats = datasets.Features({"image": datasets.Image(), "text": datasets.Value("string"), "next": datasets.Value("string"),
+    feats = datasets.Features({"image": datasets.Image(), "text": datasets.Value("string"),
+                               "next": datasets.Value("string"),
                                "label": datasets.ClassLabel(names=[f"c{k}" for k in range(10)]),
                                "writer_id": datasets.Value("string")})
     return datasets.Dataset.from_dict({

@@ -40,7 +40,7 @@ def _module():
 def _partitioner_class(name: str):
     mod = _module()
     cls = getattr(mod, name, None)
-    base = getattr(mod, "Partitioner")
+    base = mod.Partitioner
     if name in _NOT_ROWS or not (isinstance(cls, type) and issubclass(cls, base)):
         names = sorted(n for n in dir(mod) if n.endswith("Partitioner") and n not in _NOT_ROWS)
         raise ConfigError("partition.partitioner", name, f"not a row partitioner of flwr_datasets; one of: "
