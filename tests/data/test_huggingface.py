@@ -222,3 +222,26 @@ def test_hub_experiment_files_validate_without_downloading(monkeypatch, tmp_path
         assert main(["check", str(f)]) == 0
     assert not (tmp_path / "hf-home").exists() or not any((tmp_path / "hf-home").rglob("*.arrow"))
     assert os.environ["HF_DATASETS_OFFLINE"] == "1"
+
+
+def test_a_dataset_loaded_by_load_dataset_reads_its_cache_files(stored, tmp_path):
+    """The hub branch (``load_dataset``) on a local parquet folder: the rows come from the cache's Arrow files."""
+    a = build(hub_id=str(stored["root"] / "pq"), cache_dir=str(tmp_path / "cache"), test_split="test",
+              client_id="writer_id")
+    b = build(path=str(stored["root"] / "dict"), test_split="test", client_id="writer_id")
+    assert any((tmp_path / "cache").rglob("*.arrow"))
+    for f in ("x_train", "y_train", "train_offsets", "x_server_test", "client_names"):
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+
+
+def test_the_memory_estimate_knows_a_local_sets_size_and_a_hub_id_is_not_fetched(stored):
+    from turnout.data.huggingface import ROW_OVERHEAD, HuggingFaceDataset
+
+    _, cfg = validate_component(DATASETS, {"name": "huggingface", "path": str(stored["root"] / "dict"),
+                                           "test_split": "test", "client_id": "writer_id"}, "data")
+    fp = HuggingFaceDataset.footprint(cfg)
+    assert fp.bytes == (N + 30) * (28 * 28 + ROW_OVERHEAD) and fp.driver == "path"
+    assert fp.input_shape == (1, 28, 28) and fp.num_classes == 10 and fp.num_clients is None
+    _, hub = validate_component(DATASETS, {"name": "huggingface", "hub_id": "flwrlabs/femnist",
+                                           "client_id": "writer_id"}, "data")
+    assert HuggingFaceDataset.footprint(hub) is None
