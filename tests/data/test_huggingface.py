@@ -245,3 +245,12 @@ def test_the_memory_estimate_knows_a_local_sets_size_and_a_hub_id_is_not_fetched
     _, hub = validate_component(DATASETS, {"name": "huggingface", "hub_id": "flwrlabs/femnist",
                                            "client_id": "writer_id"}, "data")
     assert HuggingFaceDataset.footprint(hub) is None
+
+
+def test_an_audio_column_is_refused_with_one_line(tmp_path):
+    ds = datasets.Dataset.from_dict({"audio": [{"bytes": b"RIFF", "path": None}] * 4, "label": [0, 1, 0, 1]})
+    ds.cast_column("audio", datasets.Audio()).save_to_disk(str(tmp_path / "speech"))
+    with pytest.raises(ConfigError) as exc:
+        validate_component(DATASETS, {"name": "huggingface", "path": str(tmp_path / "speech"), "input": "audio"},
+                           "data")
+    assert str(exc.value).startswith("data.input = 'audio': is an audio column; audio is not supported")

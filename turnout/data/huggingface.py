@@ -212,6 +212,7 @@ class HuggingFaceDataset:
         if len(n_train) == 0:
             raise DataError(f"{split.source}: the partition made no clients")
         src_tr, src_te = pool[tr], pool[te]
+        del columns, tr, te, pool, rows  # pass 2 holds the arrays it fills, not pass 1's index arrays
         # Pass 2: every input row converted and written once, straight into its client-ordered place.
         x_train = np.empty((len(src_tr), *conv.shape), conv.dtype)
         x_test = np.empty((len(src_te), *conv.shape), conv.dtype)
