@@ -189,6 +189,7 @@ class HuggingFaceDataset:
                 raise ConfigError(key, col, f"no such column in {split.source}; its columns are "
                                             f"{', '.join(split.features)}")
         conv = _converter(cfg, split)
+        scaling = _scaling(cfg, conv)
         # Pass 1: the small columns decide which rows are used, and where each goes.
         rows = _subset(split.num_rows, cfg.limit_train, data_seed, "limit-train")
         test_rows = None if test is None else _subset(test.num_rows, cfg.limit_test, data_seed, "limit-test")
@@ -224,22 +225,7 @@ class HuggingFaceDataset:
         if test is not None:
             x_server = np.empty((len(test_rows), *conv.shape), conv.dtype)
             _fill(test, conv, [(x_server, test_rows)])
-        names = None
-        if cfg.client_id is not None and _natural(cfg):
-            column = split.column(cfg.client_id)
-            first = src_tr[offsets_from_counts(n_train)[:-1]]
-            if column.type == "string" or column.type == "large_string":
-                codes, sorted_names = _ranked(column)
-                names = sorted_names[codes[first]]
-            else:
-                names = _plain(column)[first].astype(str)
-        scaling = None
-        if conv.dtype == np.uint8 and conv.kind != "text":
-            scaling = InputScaling(255.0, tuple(cfg.normalize.mean), tuple(cfg.normalize.std))
-            channels = conv.shape[0] if len(conv.shape) >= 2 else 1
-            for key, v in (("normalize.mean", cfg.normalize.mean), ("normalize.std", cfg.normalize.std)):
-                if len(v) not in (1, channels):
-                    raise ConfigError(key, v, f"give one value or one per channel ({channels})")
+        names = _client_names(cfg, split, src_tr[offsets_from_counts(n_train)[:-1]])
         return FederatedDataset(
             name="huggingface",
             x_train=x_train, y_train=y_all[src_tr], train_offsets=offsets_from_counts(n_train),
@@ -247,6 +233,32 @@ class HuggingFaceDataset:
             x_server_test=x_server, y_server_test=y_server,
             num_classes=labels.num_classes, input_shape=conv.shape, client_names=names, input_scaling=scaling,
         )
+
+
+def _scaling(cfg: HuggingFaceDataset.Config, conv) -> InputScaling | None:
+    """How uint8 images / arrays become floats in the model (text ids stay ids); checks the per-channel lengths."""
+    if conv.dtype != np.uint8 or conv.kind == "text":
+        return None
+    channels = conv.shape[0] if len(conv.shape) >= 2 else 1
+    for key, v in (("normalize.mean", cfg.normalize.mean), ("normalize.std", cfg.normalize.std)):
+        if len(v) not in (1, channels):
+            raise ConfigError(key, v, f"give one value or one per channel ({channels} in {cfg.input!r})")
+    return InputScaling(255.0, tuple(cfg.normalize.mean), tuple(cfg.normalize.std))
+
+
+def _client_names(cfg: HuggingFaceDataset.Config, split: Split, first_rows: np.ndarray) -> np.ndarray | None:
+    """Each client's id (its first row's value of the column a natural partition groups by), else None."""
+    part_cls, part_cfg = validate_component(PARTITIONERS, cfg.partition, "partition")
+    by = partitioner_columns(part_cls, part_cfg)
+    if not sets_num_clients(part_cls, part_cfg) or len(by) != 1:
+        return None
+    import pyarrow as pa
+
+    column = split.column(by[0])
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        codes, sorted_names = _ranked(column)
+        return sorted_names[codes[first_rows]]
+    return _plain(column)[first_rows].astype(str)
 
 
 def _natural(cfg: HuggingFaceDataset.Config) -> bool:
