@@ -11,8 +11,8 @@ what the process held before loading (Python, torch, pyarrow and datasets import
 Needs ``turnout[huggingface]`` and about 1.6 GB of disk. On the 2-core development machine
 (2026-11-26), 1,000,000 rows, 3,500 writers (748 MiB of uint8 images):
 
-  parquet loaded in 14.8 s: peak RSS 1,357 MiB = 1.82x the uint8 size; 1,015 MiB above the 342 MiB held before = 1.36x
-  arrow   loaded in  4.3 s: peak RSS 1,267 MiB = 1.69x the uint8 size;   924 MiB above the 343 MiB held before = 1.24x
+  parquet loaded in 17.7 s: peak RSS 1,318 MiB = 1.76x the uint8 size; 977 MiB above the 342 MiB held before = 1.31x
+  arrow   loaded in  6.2 s: peak RSS 1,219 MiB = 1.63x the uint8 size; 877 MiB above the 342 MiB held before = 1.17x
 
 The 342 MiB are the interpreter with torch, pyarrow and datasets imported, before any data is read.
 """
