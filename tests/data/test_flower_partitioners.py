@@ -101,13 +101,28 @@ def test_flower_partitioner_on_a_pooled_dataset_uses_the_labels():
 
 
 @pytest.mark.parametrize("block,needle", [
-    ({"partitioner": "DirichletPartition"}, "not a row partitioner of flwr_datasets; one of:"),
+    ({"partitioner": "DirichletPartition"},
+     "data.partition.partitioner = 'DirichletPartition': not a row partitioner of flwr_datasets; one of:"),
     ({"partitioner": "DirichletPartitioner", "options": {"partition_by": "label"}},
-     "partition.options.alpha = None: DirichletPartitioner needs it"),
-    ({"partitioner": "IidPartitioner", "options": {"num_partitions": 4}}, "is set by data.num_clients"),
-    ({"partitioner": "IidPartitioner", "options": {"alpah": 4}}, "IidPartitioner takes no such argument"),
+     "data.partition.options.alpha = None: DirichletPartitioner needs it"),
+    ({"partitioner": "IidPartitioner", "options": {"num_partitions": 4}},
+     "data.partition.options.num_partitions = 4: is set by data.num_clients"),
+    ({"partitioner": "IidPartitioner", "options": {"alpah": 4}},
+     "data.partition.options.alpah = 4: IidPartitioner takes no such argument"),
 ])
 def test_bad_flower_blocks_are_refused_with_one_line(block, needle):
     with pytest.raises(ConfigError) as exc:
         expand({"data": {"name": "digits", "partition": {"name": "flower", **block}}}, None)
-    assert needle in str(exc.value) and "\n" not in str(exc.value)
+    assert str(exc.value).startswith(needle) and "\n" not in str(exc.value)
+
+
+def test_without_flwr_datasets_the_partition_is_refused_naming_the_extra(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "flwr_datasets" else real(name, *a))
+    with pytest.raises(ConfigError) as exc:
+        expand({"data": {"name": "digits", "partition": {"name": "flower", "partitioner": "IidPartitioner"}}}, None)
+    assert str(exc.value).startswith("data.partition.name = 'flower': needs Flower Datasets (flwr-datasets)")
+    assert "turnout[flower-datasets]" in str(exc.value)

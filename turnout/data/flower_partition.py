@@ -31,9 +31,10 @@ _NOT_ROWS = ("VerticalEvenPartitioner", "VerticalSizePartitioner", "Partitioner"
 
 
 def _module():
+    """``flwr_datasets.partitioner``; keys of the errors here are relative to the partition block (validation)."""
     if importlib.util.find_spec("flwr_datasets") is None:
-        raise ConfigError("partition.name", "flower", f"needs Flower Datasets (flwr-datasets), which is not "
-                                                      f"installed: {FLOWER_EXTRA}")
+        raise ConfigError("name", "flower", f"needs Flower Datasets (flwr-datasets), which is not "
+                                              f"installed: {FLOWER_EXTRA}")
     return importlib.import_module("flwr_datasets.partitioner")
 
 
@@ -43,8 +44,8 @@ def _partitioner_class(name: str):
     base = mod.Partitioner
     if name in _NOT_ROWS or not (isinstance(cls, type) and issubclass(cls, base)):
         names = sorted(n for n in dir(mod) if n.endswith("Partitioner") and n not in _NOT_ROWS)
-        raise ConfigError("partition.partitioner", name, f"not a row partitioner of flwr_datasets; one of: "
-                                                         f"{', '.join(names)}")
+        raise ConfigError("partitioner", name, f"not a row partitioner of flwr_datasets; one of: "
+                                               f"{', '.join(names)}")
     return cls
 
 
@@ -64,17 +65,17 @@ class FlowerPartitioner:
             cls = _partitioner_class(self.partitioner)
             params = inspect.signature(cls).parameters
             if "num_partitions" in self.options:
-                raise ConfigError("partition.options.num_partitions", self.options["num_partitions"],
+                raise ConfigError("options.num_partitions", self.options["num_partitions"],
                                   "is set by data.num_clients; leave it out")
             for key in self.options:
                 if key not in params:
-                    raise ConfigError(f"partition.options.{key}", self.options[key],
+                    raise ConfigError(f"options.{key}", self.options[key],
                                       f"{self.partitioner} takes no such argument; it takes "
                                       f"{', '.join(p for p in params if p != 'num_partitions')}")
             missing = [p for p, v in params.items() if v.default is inspect.Parameter.empty
                        and p != "num_partitions" and p not in self.options]
             if missing:
-                raise ConfigError(f"partition.options.{missing[0]}", None, f"{self.partitioner} needs it")
+                raise ConfigError(f"options.{missing[0]}", None, f"{self.partitioner} needs it")
             return self
 
     @classmethod
