@@ -12,7 +12,7 @@ import numpy as np
 from pydantic import Field
 
 from ..config.base import StrictModel
-from ..config.limits import MAX_COUNT, MAX_SAMPLES, MAX_SCALE
+from ..config.limits import MAX_CLIENTS, MAX_COUNT, MAX_SAMPLES, MAX_SCALE
 from ..errors import ConfigError
 from .registry import PARTITIONERS
 
@@ -253,7 +253,7 @@ class NaturalPartitioner:
         by: str | None = Field(None, min_length=1, max_length=200,
                                description="column holding the client id (default: data.client_id)")
         min_size: int = Field(1, ge=1, le=MAX_SAMPLES, description="ids with fewer rows are left out")
-        max_clients: int | None = Field(None, ge=1, le=MAX_COUNT * 100,
+        max_clients: int | None = Field(None, ge=1, le=MAX_CLIENTS,
                                         description="keep at most this many ids, a random subset (None: all)")
 
     @classmethod
