@@ -61,6 +61,8 @@ def build_model(exp: ResolvedExperiment, data: FederatedDataset, seed: int) -> F
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(rngmod.int_seed(seed, "model-init"))
         module = comp.cls.build(comp.cfg, tuple(data.input_shape), int(data.num_classes))
+    if data.input_scaling is not None:  # uint8 images stay uint8 until this forward reads them
+        data.input_scaling.attach(module)
     return FlatModel(module)
 
 

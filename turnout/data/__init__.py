@@ -1,6 +1,6 @@
 """Federated datasets (arrays + per-client offsets), their loaders and partitioners."""
 
-from . import digits, idx, leaf, partition, population, shakespeare, synthetic  # noqa: F401  (register components)
+from . import digits, flower_partition, huggingface, idx, leaf, partition, population, shakespeare, synthetic  # noqa: F401  (register components)
 from .federated import FederatedDataset
 from .registry import DATASETS, PARTITIONERS
 

@@ -49,6 +49,41 @@ class DataFootprint:
     max_client_rows: int = 0
 
 
+@dataclass(frozen=True)
+class InputScaling:
+    """How stored integer inputs become the floats a model reads: ``(x / scale − mean) / std``, per channel.
+
+    Large image sets are kept as uint8 (a quarter of float32's memory) and converted batch by
+    batch inside the model's forward (:meth:`attach`), never as a float copy of the whole set.
+    ``mean`` and ``std`` hold one value or one per channel (axis 1 of a batch). With the defaults
+    (scale 255, mean 0, std 1) a pixel becomes exactly ``pixel / 255`` in float32, as the IDX
+    loaders give it. Float inputs pass through the same formula, so inputs drawn on the stored
+    scale (FedGS's noise probes) land where real ones do.
+    """
+
+    scale: float = 255.0
+    mean: tuple[float, ...] = (0.0,)
+    std: tuple[float, ...] = (1.0,)
+
+    def __call__(self, module, args):
+        import torch  # the data layer itself needs no torch until a model reads it
+
+        (x, *rest) = args
+        x = x.to(torch.float32) if not torch.is_floating_point(x) else x
+        x = x / self.scale
+        if self.mean != (0.0,) or self.std != (1.0,):
+            shape = (1, -1) + (1,) * (x.dim() - 2) if x.dim() >= 2 else (-1,)
+            mean = torch.tensor(self.mean, dtype=x.dtype, device=x.device).reshape(shape)
+            std = torch.tensor(self.std, dtype=x.dtype, device=x.device).reshape(shape)
+            x = (x - mean) / std
+        return (x, *rest)
+
+    def attach(self, module):
+        """Run the conversion at the start of ``module``'s forward (a pre-hook: parameter names stay the same)."""
+        module.register_forward_pre_hook(self)
+        return module
+
+
 @dataclass
 class FederatedDataset:
     """Train/test data of every client plus a server-side test set.
@@ -75,6 +110,8 @@ class FederatedDataset:
     y_valid: np.ndarray | None = None
     valid_offsets: np.ndarray | None = None
     extras: dict = field(default_factory=dict)
+    #: how stored integer inputs (uint8 images) become floats in the model; None: stored as the model reads them
+    input_scaling: InputScaling | None = None
 
     def __post_init__(self) -> None:
         n = len(self.train_offsets) - 1

@@ -12,7 +12,7 @@ import numpy as np
 from pydantic import Field
 
 from ..config.base import StrictModel
-from ..config.limits import MAX_COUNT, MAX_SAMPLES, MAX_SCALE
+from ..config.limits import MAX_CLIENTS, MAX_COUNT, MAX_SAMPLES, MAX_SCALE
 from ..errors import ConfigError
 from .registry import PARTITIONERS
 
@@ -213,3 +213,72 @@ class ZipfPartitioner:
             rows = order[offsets[c]:offsets[c + 1]]
             out[rows] = _cut_by_proportions(len(rows), pref[:, c] / pref[:, c].sum())
         return out
+
+
+def assign_rows(part_cls, part_cfg, labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+                columns: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    """``client_of_row`` from any partitioner; one that declares ``reads_columns`` also gets the data's columns.
+
+    Most partitioners look at labels only. A natural partition (one client per writer) reads a
+    client-id column, which only a dataset with named columns (``huggingface``) can hand over.
+    """
+    if getattr(part_cls, "reads_columns", None) is None:
+        return part_cls.assign(part_cfg, labels, num_clients, rng)
+    return part_cls.assign(part_cfg, labels, num_clients, rng, columns=columns or {})
+
+
+def partitioner_columns(part_cls, part_cfg) -> list[str]:
+    """The data columns a partitioner reads besides the labels (empty for label-only partitioners)."""
+    reads = getattr(part_cls, "reads_columns", None)
+    return [] if reads is None else list(reads(part_cfg))
+
+
+def sets_num_clients(part_cls, part_cfg) -> bool:
+    """Whether the partitioner decides the number of clients itself (one per writer) instead of ``num_clients``."""
+    fn = getattr(part_cls, "sets_num_clients", None)
+    return bool(fn(part_cfg)) if fn is not None else False
+
+
+@PARTITIONERS.register("natural")
+class NaturalPartitioner:
+    """Natural clients: one per distinct value of a client-id column (writer, speaker, role), as the data has them.
+
+    Clients are the distinct ids in sorted order; each keeps all its rows. Ids with fewer than
+    ``min_size`` rows are dropped (their rows unused); ``max_clients`` keeps a random subset of the
+    rest (drawn from the partition stream, in sorted order), as LEAF's and FedScale's samplers do.
+    The column comes from ``by`` or, for ``data: {name: huggingface}``, from ``data.client_id``.
+    """
+
+    class Config(StrictModel):
+        by: str | None = Field(None, min_length=1, max_length=200,
+                               description="column holding the client id (default: data.client_id)")
+        min_size: int = Field(1, ge=1, le=MAX_SAMPLES, description="ids with fewer rows are left out")
+        max_clients: int | None = Field(None, ge=1, le=MAX_CLIENTS,
+                                        description="keep at most this many ids, a random subset (None: all)")
+
+    @classmethod
+    def reads_columns(cls, cfg: "NaturalPartitioner.Config") -> list[str]:
+        return [cfg.by] if cfg.by is not None else []
+
+    @classmethod
+    def sets_num_clients(cls, cfg: "NaturalPartitioner.Config") -> bool:
+        return True
+
+    @classmethod
+    def assign(cls, cfg: "NaturalPartitioner.Config", labels: np.ndarray, num_clients: int | None,
+               rng: np.random.Generator, columns: dict[str, np.ndarray]) -> np.ndarray:
+        if cfg.by is None or cfg.by not in columns:
+            raise ConfigError("partition.by", cfg.by, "names no client-id column of this dataset; give the column "
+                                                      "holding the writer / speaker id (data: {name: huggingface} "
+                                                      "with client_id: COLUMN)")
+        ids, inverse, counts = np.unique(np.asarray(columns[cfg.by]), return_inverse=True, return_counts=True)
+        keep = np.flatnonzero(counts >= cfg.min_size)
+        if cfg.max_clients is not None and len(keep) > cfg.max_clients:
+            keep = np.sort(rng.choice(keep, size=cfg.max_clients, replace=False))
+        if len(keep) == 0:
+            raise ConfigError("partition.min_size", cfg.min_size,
+                              f"no {cfg.by} value has that many rows (the largest has {int(counts.max())}); "
+                              "lower min_size")
+        client_of_id = np.full(len(ids), -1, dtype=np.int64)
+        client_of_id[keep] = np.arange(len(keep), dtype=np.int64)
+        return client_of_id[inverse.ravel()]

@@ -18,7 +18,9 @@ from .. import rng as rngmod
 from ..config.base import StrictModel
 from ..config.components import validate_component
 from ..config.limits import MAX_CLIENTS, MAX_SEED
+from ..errors import ConfigError
 from .federated import DataFootprint, FederatedDataset, group_by_client, offsets_from_counts
+from .partition import assign_rows, partitioner_columns, sets_num_clients
 from .registry import PARTITIONERS
 
 
@@ -37,8 +39,18 @@ class PooledSplitConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check_partition(self):
-        validate_component(PARTITIONERS, self.partition, "partition")
+        part_cls, part_cfg = validate_component(PARTITIONERS, self.partition, "partition")
+        needs = partitioner_columns(part_cls, part_cfg)
+        if (needs or sets_num_clients(part_cls, part_cfg)) and not self.has_columns():
+            raise ConfigError("partition.name", self.partition.get("name"),
+                              "reads a client-id column, and this dataset has no named columns; use it with "
+                              "data: {name: huggingface, client_id: COLUMN}, or choose a label partitioner")
         return self
+
+    @classmethod
+    def has_columns(cls) -> bool:
+        """Whether the dataset can hand named columns (a writer id) to a partitioner; pooled arrays cannot."""
+        return False
 
 
 def pooled_footprint(cfg: PooledSplitConfig, rows: int, input_shape: tuple[int, ...], num_classes: int,
@@ -54,26 +66,38 @@ def pooled_footprint(cfg: PooledSplitConfig, rows: int, input_shape: tuple[int, 
                          max_client_rows=rows)
 
 
-def split_pool(name: str, x: np.ndarray, y: np.ndarray, x_server_test: np.ndarray, y_server_test: np.ndarray,
-               num_classes: int, cfg: PooledSplitConfig, seed: int, extras: dict | None = None) -> FederatedDataset:
-    """Partition ``(x, y)`` over ``cfg.num_clients`` clients and carve each client's local test part."""
+def split_rows(y: np.ndarray, cfg: PooledSplitConfig, seed: int, columns: dict[str, np.ndarray] | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Row indices of every client's local train and test parts, and their per-client counts.
+
+    The partitioner assigns rows to clients (a natural partition decides the number of clients
+    itself); each client's rows are shuffled and its last ``client_test_fraction`` go to its local
+    test part. Returns ``(train_rows, test_rows, train_counts, test_counts)``, the rows grouped by client.
+    """
     seed = seed if cfg.data_seed is None else cfg.data_seed
     part_cls, part_cfg = validate_component(PARTITIONERS, cfg.partition, "partition")
-    client_of_row = part_cls.assign(part_cfg, y, cfg.num_clients, rngmod.stream(seed, "partition"))
-    order, offsets = group_by_client(client_of_row, cfg.num_clients)
+    client_of_row = assign_rows(part_cls, part_cfg, y, cfg.num_clients, rngmod.stream(seed, "partition"), columns)
+    num_clients = int(client_of_row.max()) + 1 if sets_num_clients(part_cls, part_cfg) else cfg.num_clients
+    order, offsets = group_by_client(client_of_row, num_clients)
     # Shuffle within each client (one stream for the whole population, so it is vectorised),
     # then send the last ``client_test_fraction`` of each client's rows to its local test part.
     r = rngmod.stream(seed, "client-split")
     counts = np.diff(offsets)
-    owner = np.repeat(np.arange(cfg.num_clients), counts)
+    owner = np.repeat(np.arange(num_clients), counts)
     order = order[np.lexsort((r.random(len(order)), owner))]
     n_test = np.floor(counts * cfg.client_test_fraction).astype(np.int64)
     pos = np.arange(len(order)) - np.repeat(offsets[:-1], counts)
     is_test = pos >= np.repeat(counts - n_test, counts)
-    tr, te = order[~is_test], order[is_test]
+    return order[~is_test], order[is_test], counts - n_test, n_test
+
+
+def split_pool(name: str, x: np.ndarray, y: np.ndarray, x_server_test: np.ndarray, y_server_test: np.ndarray,
+               num_classes: int, cfg: PooledSplitConfig, seed: int, extras: dict | None = None) -> FederatedDataset:
+    """Partition ``(x, y)`` over ``cfg.num_clients`` clients and carve each client's local test part."""
+    tr, te, n_train, n_test = split_rows(y, cfg, seed)
     return FederatedDataset(
         name=name,
-        x_train=x[tr], y_train=y[tr].astype(np.int64), train_offsets=offsets_from_counts(counts - n_test),
+        x_train=x[tr], y_train=y[tr].astype(np.int64), train_offsets=offsets_from_counts(n_train),
         x_test=x[te], y_test=y[te].astype(np.int64), test_offsets=offsets_from_counts(n_test),
         x_server_test=x_server_test, y_server_test=y_server_test.astype(np.int64),
         num_classes=num_classes, input_shape=tuple(x.shape[1:]), extras=extras or {},

@@ -42,6 +42,7 @@ class NodeData:
     input_shape: tuple[int, ...]
     num_classes: int
     delay_s: float = 0.0  # seconds the node waits before it answers a round (emulates a slow device)
+    input_scaling: object = None  # the dataset's InputScaling: stored uint8 inputs become floats in the model
 
 
 class SimulatedPartition:
@@ -65,7 +66,7 @@ class SimulatedPartition:
         client = int(context.node_config["partition-id"])
         x, y = data.client_train(client)
         return NodeData(exp, client, x, y, tuple(data.input_shape), int(data.num_classes),
-                        self.delay_s.get(client, 0.0))
+                        self.delay_s.get(client, 0.0), data.input_scaling)
 
 
 _LOADED: dict[tuple, tuple] = {}
@@ -117,7 +118,7 @@ def client_app(load: Callable[[Any], NodeData]):
     def rule_for(data: NodeData) -> DeviceRule:
         key = id(data.exp)
         if key not in rules:
-            rules[key] = (data.exp, DeviceRule(data.exp, data.input_shape, data.num_classes))
+            rules[key] = (data.exp, DeviceRule(data.exp, data.input_shape, data.num_classes, data.input_scaling))
         return rules[key][1]
 
     @app.query(ACTION)

@@ -75,10 +75,13 @@ class DeviceState:
 class DeviceRule:
     """Runs one :class:`Instruction` on this device's training data."""
 
-    def __init__(self, exp: ResolvedExperiment, input_shape, num_classes: int):
+    def __init__(self, exp: ResolvedExperiment, input_shape, num_classes: int, input_scaling=None):
         comp = exp["model"]
         self.exp = exp
-        self.model = FlatModel(comp.cls.build(comp.cfg, tuple(input_shape), int(num_classes)))
+        module = comp.cls.build(comp.cfg, tuple(input_shape), int(num_classes))
+        if input_scaling is not None:  # the dataset's uint8 inputs become floats in the forward, as in a simulation
+            input_scaling.attach(module)
+        self.model = FlatModel(module)
         self.dim = self.model.dim
         self.trainer = LocalTrainer(self.model, exp.train)
 

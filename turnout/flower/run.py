@@ -54,6 +54,7 @@ class ServerData:
     n_train: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     name: str = "deployment"
     extras: dict = field(default_factory=dict)
+    input_scaling: object = None  # the dataset's InputScaling: stored uint8 inputs become floats in the model
 
     @property
     def num_clients(self) -> int:

@@ -1,0 +1,128 @@
+"""Flower Datasets' partitioners through turnout give exactly the client index sets Flower gives, seed for seed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+datasets = pytest.importorskip("datasets")
+fp = pytest.importorskip("flwr_datasets.partitioner")
+
+from turnout.composition import expand  # noqa: E402
+from turnout.errors import ConfigError  # noqa: E402
+from turnout.experiment import prepare  # noqa: E402
+
+N = 900
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A saved DatasetDict whose input column is each row's own number, so loaded rows name their source row."""
+    rng = np.random.default_rng(5)
+    labels = rng.integers(0, 10, N)
+    writers = rng.integers(0, 25, N)
+
+    def split(n, lab, wr):
+        return datasets.Dataset.from_dict(
+            {"row": [[float(i)] for i in range(n)], "label": lab.tolist(), "writer": [f"w{w:02d}" for w in wr]},
+            features=datasets.Features({"row": datasets.Sequence(datasets.Value("float32")),
+                                        "label": datasets.ClassLabel(num_classes=10),
+                                        "writer": datasets.Value("string")}))
+
+    train = split(N, labels, writers)
+    path = tmp_path_factory.mktemp("flower") / "dd"
+    datasets.DatasetDict({"train": train, "test": split(50, labels[:50], writers[:50])}).save_to_disk(str(path))
+    return path, train
+
+
+def turnout_sets(path, partition: dict, num_clients: int | None = 10, seed: int = 0) -> list[set[int]]:
+    data = {"name": "huggingface", "path": str(path), "input": "row", "test_split": "test",
+            "client_test_fraction": 0.0, "partition": partition}
+    if num_clients is not None:
+        data["num_clients"] = num_clients
+    variants = expand({"name": "f", "rounds": 1, "seeds": [seed], "data": data}, None)
+    d = prepare(variants).dataset_for(variants[0], seed)
+    return [set(d.client_train(k)[0][:, 0].astype(int).tolist()) for k in range(d.num_clients)]
+
+
+def flower_sets(train, partitioner) -> list[set[int]]:
+    partitioner.dataset = train.add_column("idx", list(range(len(train))))
+    return [set(partitioner.load_partition(i)["idx"]) for i in range(partitioner.num_partitions)]
+
+
+@pytest.mark.parametrize("seed", [42, 7])
+def test_dirichlet_partitioner_matches_flower(saved, seed):
+    path, train = saved
+    opts = {"partition_by": "label", "alpha": 0.5, "min_partition_size": 5, "seed": seed}
+    ours = turnout_sets(path, {"name": "flower", "partitioner": "DirichletPartitioner", "options": opts})
+    theirs = flower_sets(train, fp.DirichletPartitioner(num_partitions=10, **opts))
+    assert ours == theirs
+    assert sorted(len(s) for s in ours) != [N // 10] * 10  # label skew makes unequal clients: a real Dirichlet draw
+
+
+def test_iid_partitioner_matches_flower(saved):
+    path, train = saved
+    ours = turnout_sets(path, {"name": "flower", "partitioner": "IidPartitioner"})
+    assert ours == flower_sets(train, fp.IidPartitioner(num_partitions=10))
+    assert [len(s) for s in ours] == [90] * 10
+
+
+def test_shard_partitioner_matches_flower(saved):
+    path, train = saved
+    opts = {"partition_by": "label", "num_shards_per_partition": 2, "seed": 3}
+    ours = turnout_sets(path, {"name": "flower", "partitioner": "ShardPartitioner", "options": opts})
+    assert ours == flower_sets(train, fp.ShardPartitioner(num_partitions=10, **opts))
+
+
+def test_natural_id_partitioner_equals_flowers_and_turnouts_natural_partition(saved):
+    path, train = saved
+    flower = turnout_sets(path, {"name": "flower", "partitioner": "NaturalIdPartitioner",
+                                 "options": {"partition_by": "writer"}}, num_clients=None)
+    assert flower == flower_sets(train, fp.NaturalIdPartitioner(partition_by="writer"))
+    ours = turnout_sets(path, {"name": "natural", "by": "writer"}, num_clients=None)
+    assert sorted(map(sorted, ours)) == sorted(map(sorted, flower)) and len(ours) == 25
+
+
+def test_seed_left_out_follows_the_run_seed(saved):
+    path, _ = saved
+    block = {"name": "flower", "partitioner": "DirichletPartitioner",
+             "options": {"partition_by": "label", "alpha": 0.5, "min_partition_size": 5}}
+    assert turnout_sets(path, block, seed=0) == turnout_sets(path, block, seed=0)
+    assert turnout_sets(path, block, seed=0) != turnout_sets(path, block, seed=1)
+
+
+def test_flower_partitioner_on_a_pooled_dataset_uses_the_labels():
+    variants = expand({"name": "f", "rounds": 1, "data": {
+        "name": "digits", "num_clients": 8,
+        "partition": {"name": "flower", "partitioner": "DirichletPartitioner",
+                      "options": {"partition_by": "label", "alpha": 0.3, "seed": 1, "min_partition_size": 5}}}}, None)
+    d = prepare(variants).dataset_for(variants[0], 0)
+    assert d.num_clients == 8 and (d.n_train + d.n_test >= 5).all()
+
+
+@pytest.mark.parametrize("block,needle", [
+    ({"partitioner": "DirichletPartition"},
+     "data.partition.partitioner = 'DirichletPartition': not a row partitioner of flwr_datasets; one of:"),
+    ({"partitioner": "DirichletPartitioner", "options": {"partition_by": "label"}},
+     "data.partition.options.alpha = None: DirichletPartitioner needs it"),
+    ({"partitioner": "IidPartitioner", "options": {"num_partitions": 4}},
+     "data.partition.options.num_partitions = 4: is set by data.num_clients"),
+    ({"partitioner": "IidPartitioner", "options": {"alpah": 4}},
+     "data.partition.options.alpah = 4: IidPartitioner takes no such argument"),
+])
+def test_bad_flower_blocks_are_refused_with_one_line(block, needle):
+    with pytest.raises(ConfigError) as exc:
+        expand({"data": {"name": "digits", "partition": {"name": "flower", **block}}}, None)
+    assert str(exc.value).startswith(needle) and "\n" not in str(exc.value)
+
+
+def test_without_flwr_datasets_the_partition_is_refused_naming_the_extra(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "flwr_datasets" else real(name, *a))
+    with pytest.raises(ConfigError) as exc:
+        expand({"data": {"name": "digits", "partition": {"name": "flower", "partitioner": "IidPartitioner"}}}, None)
+    assert str(exc.value).startswith("data.partition.name = 'flower': needs Flower Datasets (flwr-datasets)")
+    assert "turnout[flower-datasets]" in str(exc.value)
