@@ -67,7 +67,7 @@ def _sha(path: Path) -> str:
 
 def _registries():
     try:  # after the contracts refactor the composition root owns the registries
-        from turnout.composition import registries  # type: ignore
+        from turnout.sim.composition import registries  # type: ignore
 
         return registries()
     except ImportError:
@@ -125,7 +125,7 @@ def cases() -> dict[str, tuple[str | dict, list[str]]]:
 
 def run_case(source: str | dict, overrides: list[str], work: Path) -> dict[str, str]:
     """Run one case through the CLI in this process; sha256 of its rounds.csv and clients.csv."""
-    from turnout.cli import main
+    from turnout.app.cli import main
 
     work.mkdir(parents=True, exist_ok=True)
     if isinstance(source, dict):

@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from turnout.composition import expand
+from turnout.core.errors import ConfigError
 from turnout.data.population import PopulationDataset
-from turnout.errors import ConfigError
-from turnout.system_only import PROXY_NOTE, SystemOnlySimulation, samples_processed
+from turnout.sim.composition import expand
+from turnout.sim.system_only import PROXY_NOTE, SystemOnlySimulation, samples_processed
 from turnout.training.local_sgd import batch_indices
 
 ROOT = Path(__file__).resolve().parents[1]

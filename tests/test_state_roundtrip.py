@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from turnout.composition import registries
-from turnout.state import Stateful, decode_state, encode_state, same_state
+from turnout.core.state import Stateful, decode_state, encode_state, same_state
+from turnout.sim.composition import registries
 from turnout.world.context import WorldContext
 from turnout.world.state_store import ClientStateStore
 

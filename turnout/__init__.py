@@ -24,7 +24,7 @@ _API = ("Results", "load", "run")
 
 def __getattr__(name: str):
     if name in _API:
-        from . import api
+        from .app import api
 
         return getattr(api, name)
     raise AttributeError(f"module 'turnout' has no attribute {name!r}")

@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 import torch
 
-from turnout.composition import expand, registries
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 from turnout.executors.parallel import ParallelConfig, ParallelExecutor
+from turnout.sim.composition import expand, registries
 
 RTOL, ATOL = 1e-5, 1e-6
 BASE = {"name": "equivalence", "rounds": 3,

@@ -13,10 +13,10 @@ from torch import nn
 
 from turnout.algorithms.base import AlgorithmContext
 from turnout.algorithms.fedavg import FedAvg
+from turnout.config.train import TrainConfig
+from turnout.core.records import ClientBatch
 from turnout.executors.parallel import ParallelConfig, ParallelExecutor, WorkerError, available_cores
 from turnout.models.flat import FlatModel
-from turnout.records import ClientBatch
-from turnout.training.config import TrainConfig
 from turnout.training.local_sgd import LocalTrainer
 
 RAW = {"name": "parallel", "rounds": 3, "data": {"name": "synthetic", "num_clients": 12, "min_samples": 3},

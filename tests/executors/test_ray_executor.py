@@ -21,10 +21,10 @@ from test_executor_equivalence import (
     run_with,
 )
 
-from turnout.composition import expand, registries
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 from turnout.executors.parallel import WorkerError
 from turnout.executors.ray_actors import RayExecutor, RayExecutorConfig
+from turnout.sim.composition import expand, registries
 
 ray = pytest.importorskip("ray")
 
@@ -153,7 +153,7 @@ def test_options_are_checked_at_validation():
 def test_without_ray_the_executor_is_refused_at_validation_naming_the_extra(tmp_path):
     raw = copy.deepcopy(config(executor="ray"))
     code = ("import sys; sys.modules['ray'] = None\n"
-            "from turnout.composition import expand\nfrom turnout.errors import ConfigError\n"
+            "from turnout.sim.composition import expand\nfrom turnout.core.errors import ConfigError\n"
             f"try:\n    expand({raw!r})\nexcept ConfigError as e:\n    print(e)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == ("executor.name = 'ray': needs ray, which is not installed: "

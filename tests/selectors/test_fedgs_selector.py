@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from turnout import rng as rngmod
 from turnout.availability.fedgs import LogNormal, MoreDataFirst
 from turnout.config.components import validate_component
-from turnout.errors import ConfigError
+from turnout.core import rng as rngmod
+from turnout.core.errors import ConfigError
 from turnout.selectors import fedgs_graph as fg
 from turnout.selectors import fedgs_solver as fs
 from turnout.selectors.base import SELECTORS, RoundFeedback, SelectionContext
@@ -450,7 +450,7 @@ def test_engine_runs_fedgs_on_synthetic_with_ln_availability(build_simulation):
 
 def test_engine_functional_graph_and_solver_columns(tmp_path):
     """With the engine's model hooks FedGS's functional graph runs, and solver stats reach rounds.csv."""
-    from turnout.cli import main
+    from turnout.app.cli import main
 
     cfg = tmp_path / "fg.yaml"
     cfg.write_text("""

@@ -51,9 +51,9 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from .. import rng as rngmod
-from ..capabilities import WorldNeed
 from ..config.limits import MAX_ROUNDS
+from ..core import rng as rngmod
+from ..core.capabilities import WorldNeed
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import ServerLRConfig
 from .ou_estimator import OUEstimator

@@ -16,11 +16,11 @@ import numpy as np
 import torch
 from pydantic import BaseModel
 
-from ..capabilities import Deployable
-from ..records import Reports
-from ..registry import Registry
-from ..state import Stateful
-from ..training.config import TrainConfig
+from ..config.train import TrainConfig
+from ..core.capabilities import Deployable
+from ..core.records import Reports
+from ..core.registry import Registry
+from ..core.state import Stateful
 from ..training.local_sgd import LocalObjective
 from ..world.state_store import ClientStateStore
 

@@ -53,7 +53,7 @@ import torch
 from pydantic import Field, model_validator
 
 from ..config.limits import MAX_ROUNDS, MAX_SCALE
-from ..state import Stateful
+from ..core.state import Stateful
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import ServerLRConfig
 from .server_optim import AdaptiveServerConfig, AdaptiveStep

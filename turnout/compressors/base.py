@@ -14,10 +14,10 @@ import numpy as np
 import torch
 from pydantic import BaseModel
 
-from ..capabilities import Deployable
-from ..records import Cohort
-from ..registry import Registry
-from ..state import Stateful
+from ..core.capabilities import Deployable
+from ..core.records import Cohort
+from ..core.registry import Registry
+from ..core.state import Stateful
 from ..world.state_store import ClientStateStore
 
 COMPRESSORS: Registry = Registry("compressor", "what goes on the wire up and down, with error feedback")

@@ -8,8 +8,8 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from .. import rng as rngmod
 from ..config.base import StrictModel
+from ..core import rng as rngmod
 from .base import COMPRESSORS, Compressor
 from .sparse import Layout, index_bytes
 

@@ -30,7 +30,7 @@ from typing import Literal, Sequence
 import numpy as np
 import torch
 
-from ..records import Cohort
+from ..core.records import Cohort
 from .base import INDEX_BYTES, VALUE_BYTES, Compressor, sparse_bytes
 
 Accounting = Literal["exact", "gluefl_code"]

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 from pydantic import Field, model_validator
 
-from .. import rng as rngmod
 from ..config.base import StrictModel
 from ..config.components import validate_component
 from ..config.limits import MAX_CLIENTS, MAX_SEED
+from ..core import rng as rngmod
 from .federated import DataFootprint, FederatedDataset, group_by_client, offsets_from_counts
 from .registry import PARTITIONERS
 

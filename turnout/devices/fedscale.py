@@ -40,7 +40,7 @@ from pydantic import Field, field_validator
 
 from ..config.base import StrictModel
 from ..config.limits import MAX_SCALE
-from ..errors import DataError
+from ..core.errors import DataError
 from ..world.population import DeviceProfiles
 from .base import DEVICES, DeviceModel
 

@@ -12,9 +12,9 @@ from abc import ABC, abstractmethod
 from pydantic import BaseModel
 
 from ..algorithms.base import Algorithm
+from ..core.records import ClientBatch, CohortResult
+from ..core.registry import Registry
 from ..data.federated import FederatedDataset
-from ..records import ClientBatch, CohortResult
-from ..registry import Registry
 from ..training.local_sgd import LocalTrainer
 
 EXECUTORS: Registry = Registry("executor", "how local training is run")

@@ -12,7 +12,7 @@ this package never imports it, and the first call that needs it says how to inst
 
 from __future__ import annotations
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .deployable import check_deployable
 
 #: The Flower release this package is tested with (the ``turnout[flower]`` extra pins it).

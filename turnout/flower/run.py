@@ -1,6 +1,6 @@
 """The server's round loop on real devices: turnout's engine with connected nodes instead of a simulated world.
 
-:class:`FlowerRun` is a :class:`~turnout.engine.Simulation` whose availability is the set of
+:class:`FlowerRun` is a :class:`~turnout.sim.engine.Simulation` whose availability is the set of
 connected devices (:class:`~turnout.flower.nodes.ConnectedClients`) and whose train phase sends
 each launched client an :class:`~turnout.flower.protocol.Instruction` and collects its
 :class:`~turnout.flower.protocol.Report`. Everything else is the engine's own code: the selector,
@@ -29,10 +29,10 @@ import numpy as np
 import torch
 
 from ..config.loader import ResolvedExperiment
-from ..engine import Simulation
-from ..errors import ConfigError
-from ..phases import Closed, Opened, Trained
-from ..records import Cohort, CohortResult
+from ..core.errors import ConfigError
+from ..core.records import Cohort, CohortResult
+from ..sim.engine import Simulation
+from ..sim.phases import Closed, Opened, Trained
 from ..world.population import NEVER
 from . import codec
 from .clock import CLOCKS, Clock, ReportedTiming

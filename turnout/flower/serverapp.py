@@ -16,9 +16,9 @@ from typing import Any, Callable
 import torch
 
 from ..config.loader import ResolvedExperiment
-from ..engine import RunResult
-from ..errors import ConfigError
-from ..rundir import RunFolder, check_out
+from ..core.errors import ConfigError
+from ..runs.rundir import RunFolder, check_out
+from ..sim.engine import RunResult
 from . import FLOWER_VERSION, require_flower
 from .clock import CLOCKS, Clock
 from .deployable import check_deployable

@@ -16,12 +16,12 @@ from pathlib import Path
 import yaml
 
 from ..config.loader import ResolvedExperiment
-from ..engine import RunResult
-from ..experiment import versions
-from ..metrics import comparison_rows, cumulate, summarize
+from ..core.metrics import comparison_rows, cumulate, summarize
 from ..recorders.base import rows_to_columns
-from ..rundir import RunFolder, atomic_write_text
-from ..unit import jsonable
+from ..runs.experiment import versions
+from ..runs.rundir import RunFolder, atomic_write_text
+from ..runs.unit import jsonable
+from ..sim.engine import RunResult
 
 
 def write_run(folder: RunFolder, exp: ResolvedExperiment, seed: int, result: RunResult, cohort_log: list[dict],

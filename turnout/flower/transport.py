@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .link import Arrival, Link, Sent
 from .protocol import REGISTER_TYPE, TRAIN_TYPE, Instruction, Report
 
-ARRAYS, CONFIG, METRICS = "turnout.arrays", "turnout.config", "turnout.metrics"
+ARRAYS, CONFIG, METRICS = "turnout.arrays", "turnout.config", "turnout.core.metrics"
 
 
 def flwr_records():

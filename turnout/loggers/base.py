@@ -1,7 +1,7 @@
 """The logger interface: a per-round observer built, from config, inside the process that runs a unit.
 
 ``loggers: [tensorboard, mlflow, wandb]`` (names, or ``{name: ..., <options>}`` blocks) adds one
-logger of each per unit. Loggers are observers (:mod:`turnout.observers`), so they see each
+logger of each per unit. Loggers are observers (:mod:`turnout.core.observers`), so they see each
 finished round's row and cannot change a number; they are built by :func:`open_loggers` where
 the unit runs — this process, a ``--jobs`` worker or a Ray task — because a tracker's client
 cannot be shipped between processes. Each unit is one tracker run named ``variant/seed``, its
@@ -21,10 +21,10 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from ..errors import ConfigError
-from ..metrics import CUMULATIVE
-from ..observers import Observer, RoundRecord
-from ..registry import Registry
+from ..core.errors import ConfigError
+from ..core.metrics import CUMULATIVE
+from ..core.observers import Observer, RoundRecord
+from ..core.registry import Registry
 
 LOGGERS: Registry = Registry("logger", "live per-round metrics to an experiment tracker (a list: loggers: [...])")
 

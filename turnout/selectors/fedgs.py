@@ -30,11 +30,11 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from .. import rng as rngmod
-from ..capabilities import WorldNeed
 from ..config.base import StrictModel
 from ..config.limits import MAX_CLIENTS, MAX_COUNT, MAX_FEATURES, MAX_ROUNDS, MAX_SCALE, MAX_SECONDS
-from ..errors import ConfigError
+from ..core import rng as rngmod
+from ..core.capabilities import WorldNeed
+from ..core.errors import ConfigError
 from ..world.context import WorldContext
 from . import fedgs_graph as graphmod
 from . import fedgs_solver as solvermod

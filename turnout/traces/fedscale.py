@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataError, shown
+from ..core.errors import DataError, shown
 from .format import MAX_PERIOD_S, MIN_PERIOD_S, AvailabilityTrace, period_problem
 
 BEHAVIOR_KEYS = ("duration", "inactive", "finish_time", "active", "model")

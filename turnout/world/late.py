@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..state import Stateful
+from ..core.state import Stateful
 
 
 @dataclass

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .. import rng as rngmod
-from ..phases import ProbeBill
+from ..core import rng as rngmod
+from ..sim.phases import ProbeBill
 from .model import GlobalModel
 from .wire import WirePricer
 

@@ -7,7 +7,7 @@ the registries and the combination rules (:data:`RULES`) to the generic validato
 one simulation's components from a resolved experiment, letting a caller inject any of them
 (a test's hand-written selector, a notebook's own algorithm). The catalogue also names the
 top-level lists of components (``loggers``) and imports an experiment's plugins
-(:mod:`turnout.plugins`) before its blocks are validated.
+(:mod:`turnout.config.plugins`) before its blocks are validated.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from typing import Any, Callable, Mapping
 
 from pydantic import BaseModel
 
-from .config.loader import Component, ResolvedExperiment
-from .config.loader import expand as _expand
-from .config.loader import load_experiment as _load
-from .config.schema import EvalConfig, OutputConfig, RuntimeConfig
-from .errors import ConfigError
-from .registry import Registry
-from .training.config import LRSchedule, TrainConfig
+from ..config.loader import Component, ResolvedExperiment
+from ..config.loader import expand as _expand
+from ..config.loader import load_experiment as _load
+from ..config.schema import EvalConfig, OutputConfig, RuntimeConfig
+from ..config.train import LRSchedule, TrainConfig
+from ..core.errors import ConfigError
+from ..core.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def registries() -> dict[str, Registry]:
 @cache
 def component_lists() -> dict[str, Registry]:
     """Top-level keys that hold a list of components, not one: ``loggers: [tensorboard, mlflow]``."""
-    from .loggers import LOGGERS
+    from ..loggers import LOGGERS
 
     return {"loggers": LOGGERS}
 
@@ -77,7 +77,7 @@ def component_lists() -> dict[str, Registry]:
 @cache
 def listed_registries() -> dict[str, Registry]:
     """What ``turnout list`` names: every seam, the partitioners that pooled datasets take, the loggers."""
-    from .data.registry import PARTITIONERS
+    from ..data.registry import PARTITIONERS
 
     return {**registries(), "data.partition": PARTITIONERS, **component_lists()}
 
@@ -113,7 +113,7 @@ def plain_sgd_for_inverting_rules(exp: ResolvedExperiment, prefix: str) -> None:
 
 def executor_trains_model_exactly(exp: ResolvedExperiment, prefix: str) -> None:
     """An executor must train the model exactly as the sequential reference does (its declared capabilities)."""
-    from .models.registry import model_traits
+    from ..models.registry import model_traits
 
     ex, model = exp["executor"], exp["model"]
     traits = model_traits(model.cls, model.cfg)
@@ -186,7 +186,7 @@ class _Catalogue:
         return component_lists()
 
     def load_plugins(self, specs: Any) -> None:
-        from . import plugins
+        from ..config import plugins
 
         plugins.load(specs)
 

@@ -85,7 +85,7 @@ def optimal_test_loss(losses: np.ndarray) -> float:
 # ---- rows ----------------------------------------------------------------------------------------
 def round_row(opened, trained, closed, aggregated, delivered_up: np.ndarray, wasted: np.ndarray,
               stale_wasted: float, tau: int, sim_time_s: float, extra: Mapping[str, Any]) -> dict:
-    """A round's row of ``rounds.csv`` from its phase records (:mod:`turnout.phases`).
+    """A round's row of ``rounds.csv`` from its phase records (:mod:`turnout.sim.phases`).
 
     Only simulated quantities: the same config and seed give the same row, bit for bit.
     ``accuracy`` and ``loss`` are filled in by evaluation rounds.

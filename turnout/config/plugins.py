@@ -3,12 +3,12 @@
 A new selector or server rule should not need a fork of turnout: a plugin registers it with the
 existing registries' ``register`` decorators and the experiment names it like a built-in
 (``plugins: [my_lab.selectors, plugins/robust.py]`` or ``--plugin``). Loading happens inside
-:func:`turnout.composition.expand`, so every process that expands the experiment — the CLI, a
+:func:`turnout.sim.composition.expand`, so every process that expands the experiment — the CLI, a
 notebook, each ``--jobs`` worker, each Ray task — imports the same plugins before it validates.
 
 What a plugin registers is checked like a built-in (a pydantic ``Config`` of its options); a
 plugin that cannot be found, fails to import, clashes with a registered name or registers a
-class without ``Config`` is one :class:`~turnout.errors.ConfigError` naming it, and whatever it
+class without ``Config`` is one :class:`~turnout.core.errors.ConfigError` naming it, and whatever it
 had registered is taken back. Each plugin's module, file and sha256 go into the run folder's
 ``config.yaml``, and a resumed run refuses a plugin file that changed since the run started.
 """
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config.display import one_line
-from .errors import ConfigError
+from ..core.errors import ConfigError
+from .display import one_line
 
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -164,7 +164,7 @@ def _load_one(spec: Any, key: str) -> Plugin:
 
 
 def _registries() -> dict:
-    from .composition import listed_registries
+    from ..sim.composition import listed_registries
 
     return dict(listed_registries())
 
@@ -183,7 +183,7 @@ def _forget(module: str, registers) -> None:
 
 
 def _import_failure(exc: BaseException, path: Path) -> str:
-    from .registry import DuplicateName
+    from ..core.registry import DuplicateName
 
     if isinstance(exc, DuplicateName):
         return f"registers {exc.seam} {exc.name!r}, which is already registered; give it another name"

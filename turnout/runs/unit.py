@@ -23,12 +23,12 @@ from typing import Callable
 import numpy as np
 
 from . import checkpoint, faults
-from .config.loader import ResolvedExperiment
-from .data.federated import FederatedDataset
-from .engine import RunResult, Simulation
-from .loggers.base import close_loggers, open_loggers
-from .metrics import cumulate, summarize
-from .observers import Observer, RoundRecord
+from ..config.loader import ResolvedExperiment
+from ..data.federated import FederatedDataset
+from ..sim.engine import RunResult, Simulation
+from ..loggers.base import close_loggers, open_loggers
+from ..core.metrics import cumulate, summarize
+from ..core.observers import Observer, RoundRecord
 from .rundir import atomic_write_text
 
 ROWS, CLIENTS, SUMMARY, IDENTITY = "rounds.jsonl", "clients.jsonl", "summary.json", "unit.json"

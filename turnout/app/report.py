@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from .errors import ConfigError, DataError
-from .recorders.base import read_run_table
+from ..core.errors import ConfigError, DataError
+from ..recorders.base import read_run_table
 
 #: which way is better, for bolding the best entry of a column
 LOWER_IS_BETTER = {"best_loss", "final_loss", "bytes_up", "bytes_down", "bytes_down_to_target", "bytes_up_to_target",
@@ -79,7 +79,7 @@ def load_runs(folder: Path) -> dict:
 
 
 def _unit_rows(unit: Path) -> list[dict]:
-    from .unit import read_rows
+    from ..runs.unit import read_rows
 
     return read_rows(unit / "rounds.jsonl")
 

@@ -11,12 +11,12 @@ the data or more clients per round than the dataset has clients are caught too. 
 
 from __future__ import annotations
 
-from . import plugins
-from .composition import BLOCKS
-from .config.loader import ResolvedExperiment
-from .config.options import as_yaml, changed_options
-from .errors import ConfigError
-from .experiment import _where, prepare, require_shared_seeds
+from ..config import plugins
+from ..config.loader import ResolvedExperiment
+from ..config.options import as_yaml, changed_options
+from ..core.errors import ConfigError
+from ..runs.experiment import _where, prepare, require_shared_seeds
+from ..sim.composition import BLOCKS
 
 STATIC = ("every key and value, component names, combination rules, files named in options, shared seeds; "
           "not built: the datasets (add --data to build them and construct every simulation)")
@@ -26,7 +26,7 @@ WITH_DATA = ("every key and value, component names, combination rules, files nam
 
 def preflight(variants: list[ResolvedExperiment]) -> None:
     """Build the datasets and every (variant, seed) simulation once, as ``turnout run`` does before writing."""
-    from .engine import Simulation
+    from ..sim.engine import Simulation
 
     plan = prepare(variants)
     for exp in plan.variants:

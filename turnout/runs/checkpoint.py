@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from . import faults
-from .state import decode_state, encode_state
+from ..core.state import decode_state, encode_state
 
 CURRENT, PREVIOUS, TMP_PREFIX = "checkpoint", "checkpoint.old", "checkpoint.tmp-"
 FORMAT = 1

@@ -7,7 +7,7 @@ Layout (``DIR.partial`` while the run is going on, renamed to ``DIR`` when every
     config.yaml               every variant's resolved config, seeds, versions
     units/v00-NAME/seed-0/    one folder per (variant, seed) unit:
         rounds.jsonl            one row per finished round, appended and flushed as rounds complete
-        checkpoint/             the unit's latest checkpoint (see turnout.checkpoint)
+        checkpoint/             the unit's latest checkpoint (see turnout.runs.checkpoint)
         clients.jsonl, summary.json   written when the unit finishes (summary.json = done)
     logs/                     full tracebacks of unexpected errors
     rounds.csv, clients.csv, comparison.csv, summary.json, *.png   built from the units at the end
@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .errors import ConfigError
+from ..core.errors import ConfigError
 
 PARTIAL = ".partial"
 LOCK = "lock"

@@ -1,6 +1,6 @@
 """Per-round observers: progress bars, live loggers, early stopping — outside the round loop.
 
-:meth:`turnout.engine.Simulation.advance` calls ``after_round(round, record)`` on each observer
+:meth:`turnout.sim.engine.Simulation.advance` calls ``after_round(round, record)`` on each observer
 after every round (evaluation included); a true return value stops the run after that round.
 Observers see a read-only record and cannot reach into the engine or the components.
 """

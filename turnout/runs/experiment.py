@@ -5,8 +5,8 @@ the same initial model, the same device profiles and the same availability draws
 of them come from (seed, purpose) streams that no variant consumes differently. Datasets are
 built once per (data config, seed) and shared.
 
-Each (variant, seed) is a *unit* (:mod:`turnout.unit`) with its own place in the run folder
-(:mod:`turnout.rundir`): rows stream to disk as rounds finish, checkpoints are taken as the run
+Each (variant, seed) is a *unit* (:mod:`turnout.runs.unit`) with its own place in the run folder
+(:mod:`turnout.runs.rundir`): rows stream to disk as rounds finish, checkpoints are taken as the run
 goes, a finished unit is never recomputed, and the experiment's tables and plots are built from
 what is on disk once every unit is done (:func:`finalize`). Interrupted (Ctrl-C, SIGTERM, a
 crash), ``turnout resume DIR`` continues every unfinished unit from its last checkpoint.
@@ -24,17 +24,17 @@ import numpy as np
 import torch
 import yaml
 
-from . import __version__
-from .baselines import centralized_accuracy
-from .config.loader import ResolvedExperiment
-from .data.federated import FederatedDataset
-from .engine import build_model
-from .errors import ConfigError, DataError, TurnoutError
-from .metrics import comparison_rows, cumulate
-from .plots import plot_accuracy
+from .. import __version__
+from ..sim.baselines import centralized_accuracy
+from ..config.loader import ResolvedExperiment
+from ..data.federated import FederatedDataset
+from ..sim.engine import build_model
+from ..core.errors import ConfigError, DataError, TurnoutError
+from ..core.metrics import comparison_rows, cumulate
+from ..recorders.plots import plot_accuracy
 from .preflight import check_resources
 from .progress import ProgressBar
-from .recorders.base import rows_to_columns
+from ..recorders.base import rows_to_columns
 from .rundir import RunFolder, atomic_write_text
 from .unit import StopFlag, jsonable, read_clients, read_rows, read_summary
 
@@ -154,7 +154,7 @@ class RunInterrupted(TurnoutError):
 def resolved_config(plan: Plan) -> dict:
     """What ``config.yaml`` holds: every variant's resolved config, the seeds, the versions and the plugins
     (module, file, sha256 of each)."""
-    from . import plugins
+    from ..config import plugins
 
     return {"turnout": versions(), "name": plan.name, "seeds": plan.seeds,
             "plugins": plugins.records(plan.variants[0].config.plugins),
@@ -229,7 +229,7 @@ def finalize(plan: Plan, folder: RunFolder) -> dict:
     summary = {"name": plan.name, "versions": versions(), "runs": summaries,
                "variants": [r for r in comparison_rows(summaries) if r["seed"] == "mean"]}
     if plan.variants[0].config.no_train:
-        from .system_only import PROXY_NOTE
+        from ..sim.system_only import PROXY_NOTE
 
         summary["system_only"] = PROXY_NOTE
     atomic_write_text(work / "summary.json", json.dumps(jsonable(summary), indent=2) + "\n")
@@ -245,7 +245,7 @@ def finalize(plan: Plan, folder: RunFolder) -> dict:
 def check_buildable(plan: Plan) -> None:
     """Build every simulation once (model init and population arrays: cheap), so that checks needing
     the dataset — e.g. K <= number of clients — fail before any unit runs."""
-    from .engine import Simulation
+    from ..sim.engine import Simulation
 
     for exp in plan.variants:
         for seed in plan.seeds:
@@ -300,7 +300,7 @@ def open_resume(given: Path, expected_variants: list[ResolvedExperiment] | None,
 
 def _same_plugins(recorded: list[dict], specs: list[str]) -> None:
     """A resumed run must load the plugin files it started with (their sha256 are in ``config.yaml``)."""
-    from . import plugins
+    from ..config import plugins
 
     for i, (was, now) in enumerate(zip(recorded, plugins.records(specs))):
         if was.get("sha256") != now["sha256"]:

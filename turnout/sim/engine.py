@@ -1,6 +1,6 @@
 """The round loop of one experiment variant on one seed; it knows no component by name.
 
-A round is five phases over frozen records (:mod:`turnout.phases`):
+A round is five phases over frozen records (:mod:`turnout.sim.phases`):
 
 1. **open** — availability at the round's start, the selector's cohort, loss probes (billed);
 2. **train** — what each client downloads (priced by :class:`~turnout.world.wire.WirePricer`), the
@@ -9,10 +9,10 @@ A round is five phases over frozen records (:mod:`turnout.phases`):
    reports in flight are parked or arrive;
 4. **aggregate** — the algorithm's server rule over fresh and stale reports, the compressor's
    server step, the ledger records which coordinates changed, the selector learns;
-5. **account** — population counters, participation, the ``rounds.csv`` row (:mod:`turnout.metrics`).
+5. **account** — population counters, participation, the ``rounds.csv`` row (:mod:`turnout.core.metrics`).
 
 Evaluation runs every ``eval.every`` rounds and after the last. Observers see each finished
-round and may stop the run. Every piece of state is declared (:mod:`turnout.state`), so a
+round and may stop the run. Every piece of state is declared (:mod:`turnout.core.state`), so a
 simulation can be saved between rounds and resumed bit for bit.
 """
 
@@ -27,29 +27,29 @@ from typing import Iterable, Mapping
 import numpy as np
 import torch
 
-from . import metrics
-from . import rng as rngmod
-from .algorithms.base import AlgorithmContext
+from ..algorithms.base import AlgorithmContext
+from ..config.loader import ResolvedExperiment
+from ..core import metrics
+from ..core import rng as rngmod
+from ..core.device import resolve_device
+from ..core.errors import ConfigError
+from ..core.observers import Observer, RoundRecord
+from ..core.records import ClientBatch, Reports, RoundFeedback, SelectionContext
+from ..core.state import Stateful
+from ..data.federated import FederatedDataset
+from ..models.flat import FlatModel
+from ..training.local_sgd import LocalTrainer, evaluate, evaluate_many
+from ..world.context import WorldContext
+from ..world.late import LateBuffer
+from ..world.ledger import CoordinateLedger
+from ..world.model import GlobalModel
+from ..world.participation import ParticipationTracker
+from ..world.population import Population
+from ..world.probe import LossProbe
+from ..world.state_store import ClientStateStore
+from ..world.wire import WirePricer
 from .composition import BuildContext, Injected, Parts, compose
-from .config.loader import ResolvedExperiment
-from .data.federated import FederatedDataset
-from .device import resolve_device
-from .errors import ConfigError
-from .models.flat import FlatModel
-from .observers import Observer, RoundRecord
 from .phases import Aggregated, Closed, Opened, Trained
-from .records import ClientBatch, Reports, RoundFeedback, SelectionContext
-from .state import Stateful
-from .training.local_sgd import LocalTrainer, evaluate, evaluate_many
-from .world.context import WorldContext
-from .world.late import LateBuffer
-from .world.ledger import CoordinateLedger
-from .world.model import GlobalModel
-from .world.participation import ParticipationTracker
-from .world.population import Population
-from .world.probe import LossProbe
-from .world.state_store import ClientStateStore
-from .world.wire import WirePricer
 
 #: Server-side inputs handed to components that compare clients through the model's outputs.
 SERVER_INPUTS = 128
@@ -88,14 +88,14 @@ class Simulation(Stateful):
     """One experiment variant on one seed's simulated population.
 
     ``components`` injects components instead of the configured ones (``{"selector": obj}`` or
-    ``{"selector": lambda ctx: MySelector(cfg, ctx.world)}``; see :func:`turnout.composition.compose`).
+    ``{"selector": lambda ctx: MySelector(cfg, ctx.world)}``; see :func:`turnout.sim.composition.compose`).
     """
 
     state_attrs = ("next_round", "sim_time", "diverged_at", "global_model", "population", "ledger", "late",
                    "participation", "store", "availability", "selector", "round_mode", "algorithm", "compressor")
 
     def __new__(cls, exp: ResolvedExperiment, *args, **kwargs):
-        """A ``no_train`` experiment gets the system-only simulation (:mod:`turnout.system_only`)."""
+        """A ``no_train`` experiment gets the system-only simulation (:mod:`turnout.sim.system_only`)."""
         if cls is Simulation and exp.config.no_train:
             from .system_only import SystemOnlySimulation
 

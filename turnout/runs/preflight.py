@@ -34,8 +34,8 @@ from typing import Any, Iterable
 
 import torch
 
-from .config.loader import ResolvedExperiment
-from .errors import ConfigError
+from ..config.loader import ResolvedExperiment
+from ..core.errors import ConfigError
 
 #: Model-sized float32 vectors a simulation keeps besides the cohort's (global model, server momentum
 #: or Adam moments, the coordinate ledger's int64 rounds, an evaluation copy, aggregation buffers).

@@ -12,7 +12,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from .errors import ConfigError, ConfigWarning, TurnoutError
+from ..core.errors import ConfigError, ConfigWarning, TurnoutError
 
 EXIT_USAGE = 2
 
@@ -128,7 +128,7 @@ def _add_no_train_arg(p) -> None:
 def _with_cli_options(raw: dict, args: argparse.Namespace, overrides: dict) -> tuple[dict, dict]:
     """The experiment with ``--plugin`` files/modules appended to its ``plugins:`` and ``--no-train`` as an
     override (both are then stored with the run, so workers and ``turnout resume`` see them)."""
-    from . import plugins
+    from ..config import plugins
 
     if args.plugins:
         given = plugins.anchor(list(args.plugins), Path.cwd())
@@ -142,7 +142,7 @@ def _with_cli_options(raw: dict, args: argparse.Namespace, overrides: dict) -> t
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .metrics import SUMMARY_KEYS
+    from ..core.metrics import SUMMARY_KEYS
     from .report import write_report
 
     metrics = args.metrics or ["best_loss", "final_accuracy"]
@@ -204,10 +204,10 @@ def _add_plot_parser(sub) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from .composition import load_experiment
-    from .config.limits import MAX_CLIENTS, MAX_ROUNDS, MAX_SECONDS
-    from .experiment import prepare
-    from .plots import availability_gallery
+    from ..config.limits import MAX_CLIENTS, MAX_ROUNDS, MAX_SECONDS
+    from ..recorders.plots import availability_gallery
+    from ..runs.experiment import prepare
+    from ..sim.composition import load_experiment
 
     for name, most in (("rounds", MAX_ROUNDS), ("clients", MAX_CLIENTS)):
         if not 1 <= getattr(args, name) <= most:
@@ -226,7 +226,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _check_out(out: Path, force: bool) -> None:
-    from .errors import ConfigError
+    from ..core.errors import ConfigError
 
     if out.exists() and not force:
         raise ConfigError("--out", str(out), "already exists; choose another path or add --force")
@@ -235,11 +235,11 @@ def _check_out(out: Path, force: bool) -> None:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from .errors import ConfigError
+    from ..core.errors import ConfigError
 
     if args.trace_command == "import":
-        from .traces import fedscale
-        from .traces.format import save_trace
+        from ..traces import fedscale
+        from ..traces.format import save_trace
 
         _check_out(args.out, args.force)
         if args.kind == "behavior":
@@ -248,7 +248,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
             save_trace(args.out, trace)
             print(f"wrote {args.out}: {report.summary()}, period {_periods(trace.period_s)}")
         else:
-            from .devices.fedscale import write_capacity_csv
+            from ..devices.fedscale import write_capacity_csv
 
             table = fedscale.import_fedscale_capacity(args.file)
             write_capacity_csv(args.out, table)
@@ -257,10 +257,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
         return 0
     from pydantic import ValidationError
 
-    from .config.components import config_error_from_pydantic
-    from .config.limits import MAX_SEED, MAX_TRACES
-    from .traces.format import save_trace
-    from .traces.generate import GeneratorConfig, generate_trace
+    from ..config.components import config_error_from_pydantic
+    from ..config.limits import MAX_SEED, MAX_TRACES
+    from ..traces.format import save_trace
+    from ..traces.generate import GeneratorConfig, generate_trace
 
     if not 1 <= args.clients <= MAX_TRACES:
         raise ConfigError("--clients", args.clients, f"must be between 1 and {MAX_TRACES:,}")
@@ -287,7 +287,7 @@ def _periods(period_s) -> str:
 
 def _find_listing(what: str) -> tuple[str, str]:
     """``SEAM``, ``SEAM.NAME`` (longest seam first: ``data.partition.dirichlet``) or a block → (key, component)."""
-    from .composition import BLOCKS, listed_registries
+    from ..sim.composition import BLOCKS, listed_registries
 
     regs = listed_registries()
     if what in regs or what in BLOCKS:
@@ -301,10 +301,10 @@ def _find_listing(what: str) -> tuple[str, str]:
 
 
 def cmd_list(seam: str | None = None, plugin_specs: list[str] = ()) -> int:
-    from . import plugins
-    from .composition import BLOCKS, listed_registries
-    from .config.options import option_lines
-    from .registry import describe
+    from ..config import plugins
+    from ..config.options import option_lines
+    from ..core.registry import describe
+    from ..sim.composition import BLOCKS, listed_registries
 
     plugins.load(plugins.anchor(list(plugin_specs), Path.cwd()), "--plugin", indexed=False)
     key, only = _find_listing(seam) if seam is not None else ("", "")
@@ -330,9 +330,9 @@ def cmd_list(seam: str | None = None, plugin_specs: list[str] = ()) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from ..config.loader import parse_override, read_yaml
+    from ..sim.composition import expand
     from .check import check, summary_lines
-    from .composition import expand
-    from .config.loader import parse_override, read_yaml
 
     raw, overrides = _with_cli_options(read_yaml(args.config), args,
                                        dict(parse_override(o) for o in args.overrides))
@@ -343,10 +343,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .composition import expand
-    from .experiment import open_experiment, run_opened
-    from .progress import ProgressBar
-    from .sweep import make_backend
+    from ..runs.experiment import open_experiment, run_opened
+    from ..runs.progress import ProgressBar
+    from ..runs.sweep import make_backend
+    from ..sim.composition import expand
 
     if args.jobs < 1:
         raise ConfigError("--jobs", args.jobs, "must be >= 1")
@@ -379,9 +379,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_specs(args: argparse.Namespace, expand) -> list[tuple]:
     """(variants, experiment, out, resume) per experiment of the command line, validated before anything runs."""
-    from .config.loader import parse_override, read_yaml
-    from .experiment import expand_experiment
-    from .rundir import check_out, default_out_dir
+    from ..config.loader import parse_override, read_yaml
+    from ..runs.experiment import expand_experiment
+    from ..runs.rundir import check_out, default_out_dir
 
     if args.config is None:  # `turnout resume DIR...`: each folder's stored experiment is the source of truth
         return [(None, None, None, d) for d in args.resume]
@@ -460,7 +460,7 @@ def _stop_on_signals():
     """SIGINT/SIGTERM: checkpoint after the current round, then exit 130/143; a second signal stops at once."""
     import signal
 
-    from .unit import StopFlag
+    from ..runs.unit import StopFlag
 
     stop = StopFlag()
 
@@ -487,7 +487,7 @@ def _log_traceback(exc: BaseException) -> Path:
     import time
     import traceback
 
-    from .rundir import partial_of
+    from ..runs.rundir import partial_of
 
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     folder = _BOUNDARY.folder
@@ -511,7 +511,7 @@ def _log_traceback(exc: BaseException) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .experiment import RunInterrupted
+    from ..runs.experiment import RunInterrupted
 
     args = _parser().parse_args(argv)
     try:

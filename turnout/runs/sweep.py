@@ -4,9 +4,9 @@ A sweep is every (variant, seed) unit of every experiment it was given. Units ar
 construction, so they can run anywhere, in any order, on any number of workers: each unit's
 numbers are a pure function of its resolved config, its seed and the code. The process that owns
 the run folders (this one) dispatches pending units to a backend and applies what the workers
-send back — rows, finished tables — through each unit's :class:`~turnout.unit.FileSink`; workers
+send back — rows, finished tables — through each unit's :class:`~turnout.runs.unit.FileSink`; workers
 write only their unit's checkpoints. When every unit of an experiment is done its tables are
-built (:func:`turnout.experiment.finalize`), so the output does not depend on the backend or the
+built (:func:`turnout.runs.experiment.finalize`), so the output does not depend on the backend or the
 number of workers.
 
 Backends (:data:`BACKENDS`): ``inline`` (this process; ``--jobs 1``), ``processes`` (``--jobs N``
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import faults
-from .errors import TurnoutError
+from ..core.errors import TurnoutError
 from .unit import FileSink, StopFlag, is_done
 
 #: name → backend class; ``--backend NAME`` picks one
@@ -129,7 +129,7 @@ def rebuild(job: UnitJob):
     """(resolved variant, dataset) of a job, rebuilt from its plain data — what a worker process does."""
     import json
 
-    from .composition import expand
+    from ..sim.composition import expand
     from .experiment import _data_key
 
     exp_key = json.dumps(job.experiment, sort_keys=True, default=str)
@@ -148,7 +148,7 @@ def rebuild(job: UnitJob):
 
 
 def execute(job: UnitJob, sink, stop: StopFlag, observers=(), resolve=rebuild, centralized: dict | None = None):
-    """Run one unit: its variant and dataset from ``resolve(job)``; returns its :class:`~turnout.unit.UnitOutcome`."""
+    """Run one unit: its variant and dataset from ``resolve(job)``; returns its :class:`~turnout.runs.unit.UnitOutcome`."""
     import torch
 
     from .experiment import Unit, _centralized
@@ -392,7 +392,7 @@ def run_sweep(experiments: list, backend: Backend, stop: StopFlag, progress=None
     then build each experiment's tables; returns their summaries.
 
     Raises :class:`UnitsFailed` when units failed (the rest is kept) and
-    :class:`~turnout.experiment.RunInterrupted` when ``stop`` was requested.
+    :class:`~turnout.runs.experiment.RunInterrupted` when ``stop`` was requested.
     """
     from .experiment import RunInterrupted, finalize, units_of
 
@@ -422,7 +422,7 @@ def run_sweep(experiments: list, backend: Backend, stop: StopFlag, progress=None
 
 def make_backend(name: str, jobs: int = 1, retries: int = 2, address: str | None = None):
     """The backend for ``--backend NAME --jobs N`` (``inline`` when one local job)."""
-    from .errors import ConfigError
+    from ..core.errors import ConfigError
 
     if name == "local":
         name = "inline" if jobs <= 1 else "processes"

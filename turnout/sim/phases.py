@@ -1,4 +1,4 @@
-"""The records one round hands from phase to phase (see :mod:`turnout.engine`).
+"""The records one round hands from phase to phase (see :mod:`turnout.sim.engine`).
 
 open → :class:`Opened` (who is available, the cohort, the probe bill) → train → :class:`Trained`
 (download bytes, what the clients computed and uploaded) → close → :class:`Closed` (timing, who is
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .records import Cohort, CohortResult, Reports, RoundClose, RoundFeedback
-from .world.late import Arrived
+from ..core.records import Cohort, CohortResult, Reports, RoundClose, RoundFeedback
+from ..world.late import Arrived
 
 
 @dataclass(frozen=True)

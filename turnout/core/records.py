@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from .availability.base import Availability
-    from .world.context import WorldContext
+    from ..availability.base import Availability
+    from ..world.context import WorldContext
 
 
 @dataclass(frozen=True)

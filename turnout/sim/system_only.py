@@ -15,7 +15,7 @@ proxy, so a million clients over hundreds of rounds take seconds to a minute:
 * nothing is evaluated (no accuracy or loss) and the algorithm's own row columns are left out.
 
 Components whose decisions depend on losses or update values say why in ``needs_training`` and
-are refused by :func:`turnout.composition.system_only_components`.
+are refused by :func:`turnout.sim.composition.system_only_components`.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..core.records import CohortResult, Reports
+from ..world.late import LateBuffer
 from .engine import Simulation
 from .phases import Aggregated, Closed, Opened, Trained
-from .records import CohortResult, Reports
-from .world.late import LateBuffer
 
 #: What the run's summary says about the proxy.
 PROXY_NOTE = ("system-only run (no_train): no model was trained or evaluated; each client processed the samples "
@@ -49,7 +49,7 @@ def samples_processed(n: np.ndarray, batch_size: int, steps: np.ndarray) -> np.n
 
 
 class SystemOnlySimulation(Simulation):
-    """:class:`~turnout.engine.Simulation` whose train and aggregate phases are the proxy above.
+    """:class:`~turnout.sim.engine.Simulation` whose train and aggregate phases are the proxy above.
 
     ``Simulation(exp, ...)`` returns one of these when ``exp.config.no_train`` is set.
     """
