@@ -72,7 +72,7 @@ def one_checkpoint(raw: dict, folder: Path) -> tuple[int, float]:
     t = time.perf_counter()
     path = checkpoint.save(folder, sim.state_dict(), {"next_round": sim.next_round})
     seconds = time.perf_counter() - t
-    sim.close()
+    sim.release()
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()), seconds
 
 

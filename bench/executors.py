@@ -169,7 +169,7 @@ def bench(model: str, workload: str, executors: list[tuple[dict, str]], rounds: 
         summaries = [sim.executor.summary() for sim in sims]
     finally:
         for sim in sims:
-            sim.close()
+            sim.release()
     out = []
     base = statistics.median(times[0])
     for ex, w, t, o, s in zip(executors, warm, times, others, summaries):

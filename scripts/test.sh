@@ -16,4 +16,6 @@ if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
 fi
 echo "lint first: ruff check ."
 .venv/bin/ruff check .
+echo "layers next: lint-imports (the contracts in pyproject.toml: no upward import, no import circle)"
+.venv/bin/lint-imports
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

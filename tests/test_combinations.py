@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from turnout.sim.composition import registries
+from turnout.sim.catalogue import registries
 
 N, K = 24, 4
 #: options for components whose defaults do not fit a 24-client, 4-per-round world

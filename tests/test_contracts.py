@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import turnout.sim.engine
-from turnout.sim.composition import SEAMS
+from turnout.sim.catalogue import SEAMS
 
 ENGINE = Path(turnout.sim.engine.__file__).read_text()
 

@@ -4,7 +4,7 @@ import pytest
 
 from turnout.app.cli import main
 from turnout.config.options import _nested_model
-from turnout.sim.composition import BLOCKS, listed_registries
+from turnout.sim.catalogue import BLOCKS, listed_registries
 
 
 def listing(capsys, *argv) -> str:

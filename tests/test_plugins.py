@@ -17,11 +17,12 @@ import torch
 import yaml
 
 from turnout.algorithms.base import AlgorithmContext
-from turnout.config import plugins
 from turnout.core.errors import ConfigError
 from turnout.core.records import Reports
 from turnout.core.state import decode_state, encode_state
-from turnout.sim.composition import expand, registries
+from turnout.sim import plugins
+from turnout.sim.catalogue import registries
+from turnout.sim.composition import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "plugins" / "fair_and_robust.py"

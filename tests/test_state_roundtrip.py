@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from turnout.core.state import Stateful, decode_state, encode_state, same_state
-from turnout.sim.composition import registries
+from turnout.sim.catalogue import registries
 from turnout.world.context import WorldContext
 from turnout.world.state_store import ClientStateStore
 
@@ -193,6 +193,6 @@ def test_every_changed_attribute_is_declared(case, build_simulation):
                                                    "compressor")}
     before = {seam: _record(obj) for seam, obj in parts.items()}
     sim.advance(until=ROUNDS)
-    sim.close()
+    sim.release()
     undeclared = [p for seam, obj in parts.items() for p in _undeclared_changes(obj, before[seam], seam)]
     assert not undeclared, f"attributes that change during a run but are not in state_attrs/scratch_attrs: {undeclared}"

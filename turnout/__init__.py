@@ -19,7 +19,7 @@ import warnings
 # (THP_MEM_ALLOC_ENABLE=0 turns it off); set after torch's first allocation, it has no effect.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-__version__ = "0.1.0"
+from .core import __version__
 
 #: Modules that moved into the layer packages (old name → new name, both under ``turnout.``). The old
 #: names keep importing, with a DeprecationWarning, for one release: plugins written against them work.
@@ -40,7 +40,7 @@ MOVED = {
     "observers": "core.observers",
     "phases": "sim.phases",
     "plots": "recorders.plots",
-    "plugins": "config.plugins",
+    "plugins": "sim.plugins",
     "preflight": "runs.preflight",
     "progress": "runs.progress",
     "ray_backend": "runs.ray_backend",

@@ -17,7 +17,8 @@ from turnout.config.schema import EvalConfig, ExperimentConfig, OutputConfig, Ru
 from turnout.config.train import LRSchedule, TrainConfig
 from turnout.core.errors import ConfigError
 from turnout.data.registry import PARTITIONERS
-from turnout.sim.composition import expand, registries
+from turnout.sim.catalogue import registries
+from turnout.sim.composition import expand
 
 BASE = {"name": "guards", "rounds": 2, "data": {"name": "synthetic", "num_clients": 6}, "model": {"name": "logreg"},
         "train": {"batch_size": 10, "local_steps": 2, "lr": 0.05},

@@ -10,7 +10,8 @@ from turnout.core.errors import ConfigError
 from turnout.executors.auto import SMALL_DENSE_PARAMS, choose
 from turnout.executors.vectorized import VectorizedConfig, VectorizedExecutor
 from turnout.models.flat import FlatModel
-from turnout.sim.composition import expand, registries
+from turnout.sim.catalogue import registries
+from turnout.sim.composition import expand
 
 TINY_IMAGES = {"name": "digits", "num_clients": 8}
 

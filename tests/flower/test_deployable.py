@@ -12,7 +12,8 @@ from turnout.config.loader import Component, ResolvedExperiment
 from turnout.core.capabilities import WorldNeed
 from turnout.core.errors import ConfigError
 from turnout.flower import check_deployable, require_flower
-from turnout.sim.composition import expand, registries
+from turnout.sim.catalogue import registries
+from turnout.sim.composition import expand
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"rounds": 2, "data": {"name": "digits", "num_clients": 10}, "selector": {"name": "uniform"}}

@@ -32,7 +32,7 @@ from pydantic import BaseModel
 
 from turnout.config.limits import MAX_CLIENTS, MAX_ROUNDS
 from turnout.data.registry import PARTITIONERS
-from turnout.sim.composition import BLOCKS, registries
+from turnout.sim.catalogue import BLOCKS, registries
 
 # ---------------------------------------------------------------------------------------------
 # experiments

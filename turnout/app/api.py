@@ -69,11 +69,10 @@ def run(experiment, overrides: Mapping[str, Any] | Iterable[str] | None = None, 
     units in worker processes; ``backend="ray"`` on Ray. ``plugins`` and ``no_train`` are
     ``--plugin`` and ``--no-train``. Bad input raises :class:`~turnout.core.errors.ConfigError`.
     """
-    from ..config import plugins as plugmod
-    from ..runs.experiment import expand_experiment, open_experiment, run_opened
+    from ..runs.experiment import expand_experiment, make_backend, open_experiment, run_opened
     from ..runs.progress import ProgressBar
     from ..runs.rundir import check_out, default_out_dir
-    from ..runs.sweep import make_backend
+    from ..sim import plugins as plugmod
     from ..sim.composition import expand
 
     if int(jobs) < 1:
@@ -115,7 +114,7 @@ def load(run_dir: str | Path) -> Results:
     except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
         raise ConfigError("run_dir", str(run_dir), f"its config.yaml cannot be read ({exc}); give a folder "
                                                    "`turnout run` wrote") from None
-    from ..runs.experiment import _UnitTables
+    from ..runs.experiment import UnitTables
 
     units, status = [], []
     for index, variant in enumerate(variants):
@@ -125,7 +124,7 @@ def load(run_dir: str | Path) -> Results:
             rows = read_rows(d / "rounds.jsonl")
             cumulate(rows)
             done = is_done(d)
-            units.append(_UnitTables(variant, seed, rows, read_clients(d) if done else {},
+            units.append(UnitTables(variant, seed, rows, read_clients(d) if done else {},
                                      read_summary(d) if done else {}))
             status.append({"variant": variant, "seed": seed, "rounds_done": len(rows), "rounds": rounds_total,
                            "complete": done})
@@ -154,8 +153,8 @@ def _folder(given: Path, partial: str, partial_of) -> Path:
 
 def _raw(experiment) -> dict[str, Any]:
     """The experiment as the dict an experiment file holds (what the run folder stores for resume and workers)."""
-    from ..config import plugins as plugmod
     from ..config.loader import read_yaml
+    from ..sim import plugins as plugmod
 
     if isinstance(experiment, (str, Path)):
         return read_yaml(experiment)

@@ -11,12 +11,12 @@ the data or more clients per round than the dataset has clients are caught too. 
 
 from __future__ import annotations
 
-from ..config import plugins
 from ..config.loader import ResolvedExperiment
 from ..config.options import as_yaml, changed_options
 from ..core.errors import ConfigError
-from ..runs.experiment import _where, prepare, require_shared_seeds
-from ..sim.composition import BLOCKS
+from ..runs.plan import prepare, require_shared_seeds, where_prefix
+from ..sim import plugins
+from ..sim.catalogue import BLOCKS
 
 STATIC = ("every key and value, component names, combination rules, files named in options, shared seeds; "
           "not built: the datasets (add --data to build them and construct every simulation)")
@@ -34,7 +34,7 @@ def preflight(variants: list[ResolvedExperiment]) -> None:
             try:
                 Simulation(exp, plan.dataset_for(exp, seed), seed)
             except ConfigError as exc:
-                raise ConfigError(_where(plan.variants, exp) + exc.key, exc.value, exc.allowed) from None
+                raise ConfigError(where_prefix(plan.variants, exp) + exc.key, exc.value, exc.allowed) from None
 
 
 def check(variants: list[ResolvedExperiment], build_data: bool = False) -> None:

@@ -128,7 +128,7 @@ def _add_no_train_arg(p) -> None:
 def _with_cli_options(raw: dict, args: argparse.Namespace, overrides: dict) -> tuple[dict, dict]:
     """The experiment with ``--plugin`` files/modules appended to its ``plugins:`` and ``--no-train`` as an
     override (both are then stored with the run, so workers and ``turnout resume`` see them)."""
-    from ..config import plugins
+    from ..sim import plugins
 
     if args.plugins:
         given = plugins.anchor(list(args.plugins), Path.cwd())
@@ -287,7 +287,7 @@ def _periods(period_s) -> str:
 
 def _find_listing(what: str) -> tuple[str, str]:
     """``SEAM``, ``SEAM.NAME`` (longest seam first: ``data.partition.dirichlet``) or a block → (key, component)."""
-    from ..sim.composition import BLOCKS, listed_registries
+    from ..sim.catalogue import BLOCKS, listed_registries
 
     regs = listed_registries()
     if what in regs or what in BLOCKS:
@@ -301,10 +301,10 @@ def _find_listing(what: str) -> tuple[str, str]:
 
 
 def cmd_list(seam: str | None = None, plugin_specs: list[str] = ()) -> int:
-    from ..config import plugins
     from ..config.options import option_lines
     from ..core.registry import describe
-    from ..sim.composition import BLOCKS, listed_registries
+    from ..sim import plugins
+    from ..sim.catalogue import BLOCKS, listed_registries
 
     plugins.load(plugins.anchor(list(plugin_specs), Path.cwd()), "--plugin", indexed=False)
     key, only = _find_listing(seam) if seam is not None else ("", "")
@@ -343,9 +343,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..runs.experiment import open_experiment, run_opened
+    from ..runs.experiment import make_backend, open_experiment, run_opened
     from ..runs.progress import ProgressBar
-    from ..runs.sweep import make_backend
     from ..sim.composition import expand
 
     if args.jobs < 1:

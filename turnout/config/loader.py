@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from ..core.errors import ConfigError, ConfigWarning
 from ..core.registry import Registry
-from . import plugins, safe_yaml
+from . import plugin_specs, safe_yaml
 from .components import validate_component, validate_model
 from .display import one_line
 from .schema import ExperimentConfig, VariantConfig
@@ -119,7 +119,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError("config", str(path), "must be a YAML mapping of keys (data, model, selector, ...)")
     if "plugins" in data:  # plugin files are named relative to the experiment file
-        data["plugins"] = plugins.anchor(data["plugins"], p.parent)
+        data["plugins"] = plugin_specs.anchor(data["plugins"], p.parent)
     return data
 
 

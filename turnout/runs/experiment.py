@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import yaml
 
-from .. import __version__
+from ..core import __version__
 from ..sim.baselines import centralized_accuracy
 from ..config.loader import ResolvedExperiment
 from ..data.federated import FederatedDataset
@@ -32,111 +32,14 @@ from ..sim.engine import build_model
 from ..core.errors import ConfigError, DataError, TurnoutError
 from ..core.metrics import comparison_rows, cumulate
 from ..recorders.plots import plot_accuracy
+from ..sim import plugins
 from .preflight import check_resources
 from .progress import ProgressBar
 from ..recorders.base import rows_to_columns
 from .rundir import RunFolder, atomic_write_text
+from .plan import Plan, check_buildable, prepare, require_shared_seeds, units_of, versions
+from .sweep import BACKENDS, Backend, SweepState, UnitsFailed, pending_jobs
 from .unit import StopFlag, jsonable, read_clients, read_rows, read_summary
-
-
-def versions() -> dict[str, str]:
-    return {"turnout": __version__, "torch": str(torch.__version__), "numpy": str(np.__version__),
-            "python": platform.python_version()}
-
-
-@dataclass
-class Plan:
-    """Validated experiment: variants, seeds and the datasets they need (already built)."""
-
-    name: str
-    variants: list[ResolvedExperiment]
-    seeds: list[int]
-    datasets: dict[tuple[str, int], FederatedDataset]
-
-    def dataset_for(self, exp: ResolvedExperiment, seed: int) -> FederatedDataset:
-        return self.datasets[(_data_key(exp), seed)]
-
-    @property
-    def total_rounds(self) -> int:
-        return sum(v.config.rounds for v in self.variants) * len(self.seeds)
-
-
-def _data_key(exp: ResolvedExperiment) -> str:
-    return json.dumps(exp["data"].as_dict(), sort_keys=True)
-
-
-def require_shared_seeds(variants: list[ResolvedExperiment]) -> None:
-    """Variants are compared seed by seed on the same populations, so they must run the same seeds."""
-    base = variants[0].config
-    for v in variants:
-        if v.config.seeds != base.seeds:
-            raise ConfigError(f"variants[{v.variant}].seeds", v.config.seeds,
-                              "variants must share the experiment's seeds (compare on the same populations)")
-
-
-def prepare(variants: list[ResolvedExperiment]) -> Plan:
-    """Build each distinct dataset once per seed (data errors surface here, before any output)."""
-    check_resources(variants)
-    require_shared_seeds(variants)
-    base = variants[0].config
-    datasets: dict[tuple[str, int], FederatedDataset] = {}
-    fits: set[tuple[str, str]] = set()
-    for v in variants:
-        key = _data_key(v)
-        comp = v["data"]
-        for seed in base.seeds:
-            if (key, seed) not in datasets:
-                try:
-                    datasets[(key, seed)] = comp.cls.build(comp.cfg, seed)
-                except ConfigError as exc:  # a dataset names keys relative to its own block
-                    raise ConfigError(f"{_where(variants, v)}data.{exc.key}", exc.value, exc.allowed) from None
-            n = datasets[(key, seed)].num_clients
-            if n == 0:
-                raise DataError(f"dataset {comp.name!r} produced no clients; check its options")
-            model_key = (json.dumps(v["model"].as_dict(), sort_keys=True), key)
-            if model_key not in fits:
-                _check_model_fits(v, datasets[(key, seed)], seed, _where(variants, v))
-                fits.add(model_key)
-    return Plan(base.name, variants, list(base.seeds), datasets)
-
-
-def _where(variants: list[ResolvedExperiment], v: ResolvedExperiment) -> str:
-    """Key prefix naming the variant in errors (none for an experiment without variants)."""
-    return "" if len(variants) == 1 and v.variant == "base" else f"variants[{v.variant}]."
-
-
-def _check_model_fits(exp: ResolvedExperiment, data: FederatedDataset, seed: int, where: str) -> None:
-    """Build the model and run it on two training samples: a model that does not fit the data is a config error."""
-    comp = exp["model"]
-    try:
-        module = build_model(exp, data, seed).module.eval()
-        with torch.no_grad():
-            out = module(torch.from_numpy(np.ascontiguousarray(data.x_train[:2])))
-    except (ValueError, IndexError, RuntimeError, TypeError) as exc:
-        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"{where}model.name", comp.name, f"does not fit dataset {data.name!r} "
-                          f"(input_shape {tuple(data.input_shape)}, {data.num_classes} classes): {why}") from None
-    if out.shape[-1] != data.num_classes:
-        raise ConfigError(f"{where}model.name", comp.name,
-                          f"outputs {out.shape[-1]} scores but dataset {data.name!r} has {data.num_classes} classes")
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One (variant, seed) of a plan, with its place in the run folder's ``units/``."""
-
-    index: int  # the variant's position in the experiment
-    exp: ResolvedExperiment
-    seed: int
-
-    @property
-    def variant(self) -> str:
-        return self.exp.variant
-
-
-def units_of(plan: Plan) -> list[Unit]:
-    """The plan's units in run order: variant by variant, seed by seed."""
-    return [Unit(i, exp, seed) for i, exp in enumerate(plan.variants) for seed in plan.seeds]
 
 
 class RunInterrupted(TurnoutError):
@@ -154,8 +57,6 @@ class RunInterrupted(TurnoutError):
 def resolved_config(plan: Plan) -> dict:
     """What ``config.yaml`` holds: every variant's resolved config, the seeds, the versions and the plugins
     (module, file, sha256 of each)."""
-    from ..config import plugins
-
     return {"turnout": versions(), "name": plan.name, "seeds": plan.seeds,
             "plugins": plugins.records(plan.variants[0].config.plugins),
             "variants": {v.variant: v.as_dict() for v in plan.variants}}
@@ -167,20 +68,8 @@ def start_folder(folder: RunFolder, plan: Plan, experiment: dict) -> None:
     atomic_write_text(folder.path / "config.yaml", yaml.safe_dump(resolved_config(plan), sort_keys=False))
 
 
-def _centralized(unit: Unit, data: FederatedDataset, cache: dict) -> float | None:
-    exp = unit.exp
-    if not exp.config.eval.centralized_baseline or exp.config.no_train:
-        return None
-    key = (_data_key(exp), json.dumps(exp["model"].as_dict(), sort_keys=True), exp.train.model_dump_json(),
-           exp.config.eval.centralized_epochs, unit.seed)
-    if key not in cache:
-        cache[key], _ = centralized_accuracy(build_model(exp, data, unit.seed), data, exp.train,
-                                             exp.config.eval.centralized_epochs, unit.seed, exp.config.eval.batch_size)
-    return cache[key]
-
-
 @dataclass
-class _UnitTables:
+class UnitTables:
     """A finished unit read back from disk (what the plots and tables are built from)."""
 
     variant: str
@@ -190,17 +79,17 @@ class _UnitTables:
     summary: dict
 
 
-def read_units(plan: Plan, folder: RunFolder) -> list[_UnitTables]:
+def read_units(plan: Plan, folder: RunFolder) -> list[UnitTables]:
     out = []
     for unit in units_of(plan):
         d = folder.unit_dir(unit.index, unit.variant, unit.seed)
         rows = read_rows(d / "rounds.jsonl")
         cumulate(rows)
-        out.append(_UnitTables(unit.variant, unit.seed, rows, read_clients(d), read_summary(d)))
+        out.append(UnitTables(unit.variant, unit.seed, rows, read_clients(d), read_summary(d)))
     return out
 
 
-def tables(units: list[_UnitTables]) -> dict[str, dict[str, list]]:
+def tables(units: list[UnitTables]) -> dict[str, dict[str, list]]:
     """``rounds``, ``clients`` and ``comparison`` as columns, from units read back from disk.
 
     The run folder's tables and :func:`turnout.load`'s DataFrames are both made here, so they
@@ -242,19 +131,6 @@ def finalize(plan: Plan, folder: RunFolder) -> dict:
 
 
 # ---- starting and resuming -------------------------------------------------------------------------
-def check_buildable(plan: Plan) -> None:
-    """Build every simulation once (model init and population arrays: cheap), so that checks needing
-    the dataset — e.g. K <= number of clients — fail before any unit runs."""
-    from ..sim.engine import Simulation
-
-    for exp in plan.variants:
-        for seed in plan.seeds:
-            try:
-                Simulation(exp, plan.dataset_for(exp, seed), seed).close()
-            except ConfigError as exc:
-                raise ConfigError(_where(plan.variants, exp) + exc.key, exc.value, exc.allowed) from None
-
-
 def first_difference(a, b, path: str = "") -> str | None:
     """The first dotted key at which two config trees differ (``None`` when equal)."""
     if isinstance(a, dict) and isinstance(b, dict):
@@ -300,8 +176,6 @@ def open_resume(given: Path, expected_variants: list[ResolvedExperiment] | None,
 
 def _same_plugins(recorded: list[dict], specs: list[str]) -> None:
     """A resumed run must load the plugin files it started with (their sha256 are in ``config.yaml``)."""
-    from ..config import plugins
-
     for i, (was, now) in enumerate(zip(recorded, plugins.records(specs))):
         if was.get("sha256") != now["sha256"]:
             before, after = str(was.get("sha256"))[:12], now["sha256"][:12]
@@ -370,11 +244,51 @@ def open_experiment(variants: list[ResolvedExperiment] | None, experiment: dict 
     return Opened(plan, folder, experiment, created=True)
 
 
+def run_sweep(experiments: list, backend: Backend, stop: StopFlag, progress=None) -> list[dict]:
+    """Run every unfinished unit of ``experiments`` ((plan, folder, experiment dict) each) on ``backend``,
+    then build each experiment's tables; returns their summaries.
+
+    Raises :class:`UnitsFailed` when units failed (the rest is kept) and
+    :class:`RunInterrupted` when ``stop`` was requested.
+    """
+    jobs, sinks = pending_jobs(experiments, stop)
+    state = SweepState(sinks)
+    if progress is not None:
+        every = {(e, i): (f"{u.variant} s{u.seed}", u.exp.config.rounds)
+                 for e, (plan, _, _) in enumerate(experiments) for i, u in enumerate(units_of(plan))}
+        progress.start(every, set(every) - {j.key for j in jobs})
+    prepared = {(e, i): (u.exp, plan.dataset_for(u.exp, u.seed))
+                for e, (plan, _, _) in enumerate(experiments) for i, u in enumerate(units_of(plan))}
+    backend.run(jobs, state, stop, progress, resolve=lambda job: prepared[job.key])
+    for sink in sinks.values():
+        sink.close()
+    folders = [folder for _, folder, _ in experiments]
+    if state.failed:
+        labels = {j.key: j.label for j in jobs}
+        raise UnitsFailed({labels[k]: why for k, why in state.failed.items()}, [f.path for f in folders])
+    if stop.requested or state.stopped:
+        total = sum(len(units_of(plan)) for plan, _, _ in experiments)
+        unfinished = [j for j in jobs if j.key not in state.done]
+        checkpointed = [f"{j.label} checkpointed at round {state.stopped[j.key][0]}/{state.stopped[j.key][1]}"
+                        for j in unfinished if j.key in state.stopped]
+        raise RunInterrupted(folders, stop, total - len(unfinished), total, checkpointed)
+    return [finalize(plan, folder) for plan, folder, _ in experiments]
+
+
+def make_backend(name: str, jobs: int = 1, retries: int = 2, address: str | None = None):
+    """The backend for ``--backend NAME --jobs N`` (``inline`` when one local job)."""
+    if name == "local":
+        name = "inline" if jobs <= 1 else "processes"
+    if name == "ray":
+        from . import ray_backend  # noqa: F401  # optional extra: registers "ray" (a missing Ray is a one-line error there)
+    if name not in BACKENDS:
+        raise ConfigError("--backend", name, f"choose one of: local, {', '.join(sorted(BACKENDS))}")
+    return BACKENDS[name](jobs=jobs, retries=retries, address=address)
+
+
 def run_opened(opened: list[Opened], backend=None, progress: ProgressBar | None = None,
                stop: StopFlag | None = None) -> list[tuple[Path, dict]]:
     """Run every unit of the opened experiments as one sweep; returns (run folder, summary) per experiment."""
-    from .sweep import make_backend, run_sweep
-
     torch.set_num_threads(opened[0].plan.variants[0].config.runtime.torch_threads)
     try:
         summaries = run_sweep([(o.plan, o.folder, o.experiment) for o in opened], backend or make_backend("inline"),

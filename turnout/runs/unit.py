@@ -238,12 +238,13 @@ def run_unit(exp: ResolvedExperiment, data: FederatedDataset, seed: int, unit_di
         if stop.requested:
             close_loggers(loggers, None)
             return UnitOutcome(False, None, sim.next_round, cfg.rounds)
+        sim.finish()
         result = sim.result(rows, wall_s=wall_before + time.perf_counter() - wall0)
     except BaseException:
         close_loggers(loggers, None)
         raise
     finally:
-        sim.close()
+        sim.release()
     result = RunResult(result.variant, result.seed, [dict(r) for r in rows], result.clients, result.summary,
                        result.final_params)
     cumulate(result.rounds)

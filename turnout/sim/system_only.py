@@ -15,7 +15,8 @@ proxy, so a million clients over hundreds of rounds take seconds to a minute:
 * nothing is evaluated (no accuracy or loss) and the algorithm's own row columns are left out.
 
 Components whose decisions depend on losses or update values say why in ``needs_training`` and
-are refused by :func:`turnout.sim.composition.system_only_components`.
+are refused by :func:`turnout.sim.composition.system_only_components`. The loop is the engine's own
+(:class:`turnout.sim.engine.Simulation`); :class:`SystemOnlyWork` is the part handed to it.
 """
 
 from __future__ import annotations
@@ -24,9 +25,8 @@ import numpy as np
 import torch
 
 from ..core.records import CohortResult, Reports
-from ..world.late import LateBuffer
-from .engine import Simulation
-from .phases import Aggregated, Closed, Opened, Trained
+from .phases import Opened, Settled, Trained
+from .work import TrainOrder, Work, WorkDone
 
 #: What the run's summary says about the proxy.
 PROXY_NOTE = ("system-only run (no_train): no model was trained or evaluated; each client processed the samples "
@@ -48,60 +48,29 @@ def samples_processed(n: np.ndarray, batch_size: int, steps: np.ndarray) -> np.n
     return np.where(n > 0, epochs * n + rest * batch_size, 0).astype(np.int64)
 
 
-class SystemOnlySimulation(Simulation):
-    """:class:`~turnout.sim.engine.Simulation` whose train and aggregate phases are the proxy above.
+class SystemOnlyWork(Work):
+    """The proxy above as the round loop's work: no client trains and the server rule does not run.
 
-    ``Simulation(exp, ...)`` returns one of these when ``exp.config.no_train`` is set.
+    ``Simulation(exp, ...)`` is handed one of these when ``exp.config.no_train`` is set.
     """
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.late = LateBuffer(0)  # late reports carry no update values
-        self._every = np.arange(self.model.dim, dtype=np.int64)
-        self._none = np.zeros(0, dtype=np.int64)
+    trains_model = False
 
-    def _train(self, opened: Opened) -> Trained:
-        r, clients = opened.round, opened.clients
-        train = self.exp.train
-        down = self.pricer.download(clients, r)
-        lr = train.lr_schedule.lr(train.lr, r, self.exp.config.rounds)
-        n = self.population.n_train[clients]
-        self.compressor.begin_round(r, opened.cohort)
-        k = len(clients)
-        samples = samples_processed(n, train.batch_size, train.steps_for(n))
-        up = np.asarray(self.compressor.dense_upload_bytes(k), dtype=np.int64) * self.algorithm.uplink_vectors
-        up = up + self.model.buffer_bytes() * (len(self.buffers) > 0)
+    def __init__(self):
+        self._every: np.ndarray | None = None  # every coordinate: what an aggregating round changes
+
+    def train(self, sim, opened: Opened, order: TrainOrder) -> WorkDone:
+        k = opened.size
+        samples = samples_processed(sim.population.n_train[opened.clients], sim.exp.train.batch_size, order.steps)
+        up = np.asarray(sim.compressor.dense_upload_bytes(k), dtype=np.int64) * sim.algorithm.uplink_vectors
         nothing = torch.zeros((k, 0))
         result = CohortResult(updates=nothing, losses=np.full(k, np.nan), samples=samples, buffers=[{}] * k)
-        return Trained(lr, down, result, nothing, up, np.zeros(k, dtype=bool))
+        return WorkDone(result=result, decoded=nothing, payload_up=up)
 
-    def _aggregate(self, opened: Opened, trained: Trained, closed: Closed) -> Aggregated:
-        r, agg, arrived, ok = opened.round, closed.aggregated, closed.arrived, closed.stale_ok
-        fresh = opened.clients[agg]
-        clients = np.concatenate([fresh, arrived.clients[ok]])
-        reports = Reports(clients=clients, updates=torch.zeros((len(clients), 0)),
-                          weights=np.concatenate([closed.weights[agg], arrived.weights[ok]]),
-                          normalize=opened.cohort.normalize,
-                          n_samples=np.concatenate([self.population.n_train[fresh], arrived.n_samples[ok]]),
-                          losses=np.concatenate([trained.result.losses[agg], arrived.losses[ok]]),
-                          staleness=np.concatenate([np.zeros(len(fresh), np.int64), r - arrived.origin_round[ok]]))
-        changed = self.ledger.record(r, self._every if len(clients) else self._none)
-        self.selector.observe(closed.feedback)
-        return Aggregated(reports, changed)
-
-    def _evaluate(self, r: int, row: dict) -> None:
-        """Nothing to evaluate: no model was trained."""
-
-    def _component_metrics(self) -> dict[str, object]:
-        return self.selector.round_metrics()  # the algorithm's columns describe a server rule that did not run
-
-    def _client_columns(self) -> dict[str, np.ndarray]:
-        return self._population_columns()
-
-    def result(self, rows: list[dict], wall_s: float = 0.0):
-        out = super().result(rows, wall_s)
-        out.summary["system_only"] = True  # the run's summary.json spells out the proxy (PROXY_NOTE)
-        return out
+    def aggregate(self, sim, r: int, reports: Reports, trained: Trained, settled: Settled) -> int:
+        if self._every is None:
+            self._every = np.arange(sim.model.dim, dtype=np.int64)
+        return sim.ledger.record(r, self._every if len(reports.clients) else np.zeros(0, dtype=np.int64))
 
 
-__all__ = ["PROXY_NOTE", "SystemOnlySimulation", "samples_processed"]
+__all__ = ["PROXY_NOTE", "SystemOnlyWork", "samples_processed"]

@@ -24,8 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
+from ..config.display import one_line
+from ..config.plugin_specs import is_file
 from ..core.errors import ConfigError
-from .display import one_line
+from ..core.registry import DuplicateName
+from .catalogue import listed_registries
 
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -48,23 +53,6 @@ class Plugin:
 
 #: loaded plugins by identity (absolute file path, or module name); a changed file is loaded again
 _LOADED: dict[str, Plugin] = {}
-
-
-def is_file(spec: str) -> bool:
-    """A spec naming a file (``x.py``, ``dir/x``) rather than an importable module (``pkg.mod``)."""
-    return spec.endswith(".py") or "/" in spec or "\\" in spec
-
-
-def anchor(specs: Any, base: Path) -> Any:
-    """``specs`` with relative file paths made absolute against ``base`` (modules and non-strings unchanged).
-
-    Experiment files name plugin files relative to themselves; the stored experiment then works
-    from any directory (``turnout resume``, worker processes, Ray tasks).
-    """
-    if not isinstance(specs, list):
-        return specs
-    return [str((Path(base) / s).absolute()) if isinstance(s, str) and is_file(s) and not Path(s).is_absolute()
-            else s for s in specs]
 
 
 def load(specs: Any, key: str = "plugins", indexed: bool = True) -> list[Plugin]:
@@ -148,8 +136,6 @@ def _load_one(spec: Any, key: str) -> Plugin:
         _forget(module, _new(regs, before))
         raise ConfigError(key, spec, _import_failure(exc, path)) from None
     registers = _new(regs, before)
-    from pydantic import BaseModel
-
     for item in registers:
         seam, name = item.rsplit(".", 1)
         cfg = getattr(regs[seam].get(name), "Config", None)
@@ -164,8 +150,6 @@ def _load_one(spec: Any, key: str) -> Plugin:
 
 
 def _registries() -> dict:
-    from ..sim.composition import listed_registries
-
     return dict(listed_registries())
 
 
@@ -183,8 +167,6 @@ def _forget(module: str, registers) -> None:
 
 
 def _import_failure(exc: BaseException, path: Path) -> str:
-    from ..core.registry import DuplicateName
-
     if isinstance(exc, DuplicateName):
         return f"registers {exc.seam} {exc.name!r}, which is already registered; give it another name"
     if isinstance(exc, ConfigError):
