@@ -96,7 +96,7 @@ _API = ("Results", "load", "run")
 
 def __getattr__(name: str):
     if name in _API:
-        from .app import api
+        from .app import api  # lazy: `import turnout` stays light (no torch, no pandas)
 
         return getattr(api, name)
     raise AttributeError(f"module 'turnout' has no attribute {name!r}")

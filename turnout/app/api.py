@@ -16,8 +16,15 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
-from ..config.loader import ResolvedExperiment
+from ..config.loader import ResolvedExperiment, parse_override, read_yaml
 from ..core.errors import ConfigError
+from ..core.metrics import cumulate
+from ..runs.experiment import UnitTables, expand_experiment, make_backend, open_experiment, run_opened, tables
+from ..runs.progress import ProgressBar
+from ..runs.rundir import CONFIG, PARTIAL, UNIT_ROWS, check_out, default_out_dir, partial_of, unit_path
+from ..runs.unit import is_done, read_clients, read_rows, read_summary
+from ..sim import plugins as plugmod
+from ..sim.composition import expand
 
 
 @dataclass(frozen=True)
@@ -69,12 +76,6 @@ def run(experiment, overrides: Mapping[str, Any] | Iterable[str] | None = None, 
     units in worker processes; ``backend="ray"`` on Ray. ``plugins`` and ``no_train`` are
     ``--plugin`` and ``--no-train``. Bad input raises :class:`~turnout.core.errors.ConfigError`.
     """
-    from ..runs.experiment import expand_experiment, make_backend, open_experiment, run_opened
-    from ..runs.progress import ProgressBar
-    from ..runs.rundir import check_out, default_out_dir
-    from ..sim import plugins as plugmod
-    from ..sim.composition import expand
-
     if int(jobs) < 1:
         raise ConfigError("jobs", jobs, "must be >= 1")
     raw = _raw(experiment)
@@ -102,26 +103,19 @@ def load(run_dir: str | Path) -> Results:
     """The tables of a run folder, finished or not (``DIR`` or ``DIR.partial``), as :class:`Results`."""
     import pandas as pd
 
-    from ..core.metrics import cumulate
-    from ..runs.experiment import tables
-    from ..runs.rundir import PARTIAL, partial_of, slug
-    from ..runs.unit import is_done, read_clients, read_rows, read_summary
-
     folder = _folder(Path(run_dir), PARTIAL, partial_of)
     try:
-        config = yaml.safe_load((folder / "config.yaml").read_text())
+        config = yaml.safe_load((folder / CONFIG).read_text())
         variants, seeds = list(config["variants"]), list(config["seeds"])
     except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
         raise ConfigError("run_dir", str(run_dir), f"its config.yaml cannot be read ({exc}); give a folder "
                                                    "`turnout run` wrote") from None
-    from ..runs.experiment import UnitTables
-
     units, status = [], []
     for index, variant in enumerate(variants):
         rounds_total = int(config["variants"][variant].get("rounds", 0))
         for seed in seeds:
-            d = folder / "units" / f"v{index:02d}-{slug(variant)}" / f"seed-{seed}"
-            rows = read_rows(d / "rounds.jsonl")
+            d = unit_path(folder, index, variant, seed)
+            rows = read_rows(d / UNIT_ROWS)
             cumulate(rows)
             done = is_done(d)
             units.append(UnitTables(variant, seed, rows, read_clients(d) if done else {},
@@ -140,10 +134,10 @@ def load(run_dir: str | Path) -> Results:
 def _folder(given: Path, partial: str, partial_of) -> Path:
     """The run folder to read: ``given``, or ``given.partial`` while it is unfinished."""
     for candidate in (given, partial_of(given)):
-        if (candidate / "config.yaml").is_file():
+        if (candidate / CONFIG).is_file():
             return candidate
     if given.is_dir():
-        inner = sorted(p.name for p in given.iterdir() if (p / "config.yaml").is_file())
+        inner = sorted(p.name for p in given.iterdir() if (p / CONFIG).is_file())
         if inner:
             raise ConfigError("run_dir", str(given), f"holds several run folders ({', '.join(inner[:5])}); load "
                                                      "each one")
@@ -153,9 +147,6 @@ def _folder(given: Path, partial: str, partial_of) -> Path:
 
 def _raw(experiment) -> dict[str, Any]:
     """The experiment as the dict an experiment file holds (what the run folder stores for resume and workers)."""
-    from ..config.loader import read_yaml
-    from ..sim import plugins as plugmod
-
     if isinstance(experiment, (str, Path)):
         return read_yaml(experiment)
     if isinstance(experiment, Mapping):
@@ -173,8 +164,6 @@ def _raw(experiment) -> dict[str, Any]:
 
 def _raw_of_resolved(variants: list[ResolvedExperiment]) -> dict[str, Any]:
     """An experiment dict that expands to exactly these variants (each variant sets every block it resolved)."""
-    from ..sim.composition import expand
-
     shared = ("name", "seeds", "plugins", "no_train")
     first = variants[0].config
     names = [v.variant for v in variants]
@@ -200,8 +189,6 @@ def _raw_of_resolved(variants: list[ResolvedExperiment]) -> dict[str, Any]:
 
 
 def _overrides(overrides) -> dict[str, Any]:
-    from ..config.loader import parse_override
-
     if overrides is None:
         return {}
     if isinstance(overrides, Mapping):

@@ -17,6 +17,7 @@ from ..core.errors import ConfigError
 from ..runs.plan import prepare, require_shared_seeds, where_prefix
 from ..sim import plugins
 from ..sim.catalogue import BLOCKS
+from ..sim.engine import Simulation
 
 STATIC = ("every key and value, component names, combination rules, files named in options, shared seeds; "
           "not built: the datasets (add --data to build them and construct every simulation)")
@@ -26,8 +27,6 @@ WITH_DATA = ("every key and value, component names, combination rules, files nam
 
 def preflight(variants: list[ResolvedExperiment]) -> None:
     """Build the datasets and every (variant, seed) simulation once, as ``turnout run`` does before writing."""
-    from ..sim.engine import Simulation
-
     plan = prepare(variants)
     for exp in plan.variants:
         for seed in plan.seeds:

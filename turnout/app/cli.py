@@ -128,6 +128,7 @@ def _add_no_train_arg(p) -> None:
 def _with_cli_options(raw: dict, args: argparse.Namespace, overrides: dict) -> tuple[dict, dict]:
     """The experiment with ``--plugin`` files/modules appended to its ``plugins:`` and ``--no-train`` as an
     override (both are then stored with the run, so workers and ``turnout resume`` see them)."""
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
     from ..sim import plugins
 
     if args.plugins:
@@ -142,6 +143,7 @@ def _with_cli_options(raw: dict, args: argparse.Namespace, overrides: dict) -> t
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
     from ..core.metrics import SUMMARY_KEYS
     from .report import write_report
 
@@ -204,6 +206,7 @@ def _add_plot_parser(sub) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
     from ..config.limits import MAX_CLIENTS, MAX_ROUNDS, MAX_SECONDS
     from ..recorders.plots import availability_gallery
     from ..runs.experiment import prepare
@@ -226,8 +229,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _check_out(out: Path, force: bool) -> None:
-    from ..core.errors import ConfigError
-
     if out.exists() and not force:
         raise ConfigError("--out", str(out), "already exists; choose another path or add --force")
     if out.exists() and out.is_dir():
@@ -235,9 +236,8 @@ def _check_out(out: Path, force: bool) -> None:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from ..core.errors import ConfigError
-
     if args.trace_command == "import":
+        # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
         from ..traces import fedscale
         from ..traces.format import save_trace
 
@@ -248,6 +248,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
             save_trace(args.out, trace)
             print(f"wrote {args.out}: {report.summary()}, period {_periods(trace.period_s)}")
         else:
+            # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
             from ..devices.fedscale import write_capacity_csv
 
             table = fedscale.import_fedscale_capacity(args.file)
@@ -257,6 +258,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
         return 0
     from pydantic import ValidationError
 
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
     from ..config.components import config_error_from_pydantic
     from ..config.limits import MAX_SEED, MAX_TRACES
     from ..traces.format import save_trace
@@ -287,6 +289,7 @@ def _periods(period_s) -> str:
 
 def _find_listing(what: str) -> tuple[str, str]:
     """``SEAM``, ``SEAM.NAME`` (longest seam first: ``data.partition.dirichlet``) or a block → (key, component)."""
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
     from ..sim.catalogue import BLOCKS, listed_registries
 
     regs = listed_registries()
@@ -301,6 +304,7 @@ def _find_listing(what: str) -> tuple[str, str]:
 
 
 def cmd_list(seam: str | None = None, plugin_specs: list[str] = ()) -> int:
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
     from ..config.options import option_lines
     from ..core.registry import describe
     from ..sim import plugins
@@ -330,6 +334,7 @@ def cmd_list(seam: str | None = None, plugin_specs: list[str] = ()) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
     from ..config.loader import parse_override, read_yaml
     from ..sim.composition import expand
     from .check import check, summary_lines
@@ -343,6 +348,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
     from ..runs.experiment import make_backend, open_experiment, run_opened
     from ..runs.progress import ProgressBar
     from ..sim.composition import expand
@@ -378,6 +384,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_specs(args: argparse.Namespace, expand) -> list[tuple]:
     """(variants, experiment, out, resume) per experiment of the command line, validated before anything runs."""
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
     from ..config.loader import parse_override, read_yaml
     from ..runs.experiment import expand_experiment
     from ..runs.rundir import check_out, default_out_dir
@@ -459,6 +466,7 @@ def _stop_on_signals():
     """SIGINT/SIGTERM: checkpoint after the current round, then exit 130/143; a second signal stops at once."""
     import signal
 
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
     from ..runs.unit import StopFlag
 
     stop = StopFlag()
@@ -486,6 +494,7 @@ def _log_traceback(exc: BaseException) -> Path:
     import time
     import traceback
 
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
     from ..runs.rundir import partial_of
 
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -510,6 +519,7 @@ def _log_traceback(exc: BaseException) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
     from ..runs.experiment import RunInterrupted
 
     args = _parser().parse_args(argv)

@@ -11,6 +11,7 @@ an upload that the server derives itself (rules whose upload is not a model delt
 from __future__ import annotations
 
 from ..config.loader import ResolvedExperiment
+from ..core.capabilities import UploadKind
 from ..core.errors import ConfigError
 
 #: The seams whose components run in a deployment; availability, devices, data and executor are the
@@ -21,7 +22,7 @@ DEPLOYED_SEAMS = ("selector", "algorithm", "compressor", "round_mode")
 def derives_upload(exp: ResolvedExperiment) -> bool:
     """Whether the server computes the upload from the device's trained parameters (not a model delta)."""
     algo = exp["algorithm"]
-    return algo.cls.upload_kind(algo.cfg) != "model_delta"
+    return algo.cls.upload_kind(algo.cfg) != UploadKind.MODEL_DELTA
 
 
 def check_deployable(exp: ResolvedExperiment, where: str = "") -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import ConfigError
+from .extra import require_flower
 from .link import Arrival, Link, Sent
 from .protocol import REGISTER_TYPE, TRAIN_TYPE, Instruction, Report
 
@@ -26,7 +27,6 @@ ARRAYS, CONFIG, METRICS = "turnout.arrays", "turnout.config", "turnout.core.metr
 
 def flwr_records():
     """Flower's record types (imported here: Flower is an optional extra)."""
-    from . import require_flower
 
     require_flower()
     from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from ..core.errors import ConfigError
 from ..core.metrics import CUMULATIVE
-from ..core.observers import Observer, RoundRecord
+from ..core.observers import Observer, RoundRecord, RunEnd
 from ..core.registry import Registry
 
 LOGGERS: Registry = Registry("logger", "live per-round metrics to an experiment tracker (a list: loggers: [...])")
@@ -94,8 +94,8 @@ class LogRun:
 class Logger(Observer):
     """Streams each round's numeric row values (and running ``cum_*`` totals) to a tracker, step = round.
 
-    Subclasses implement :meth:`log` and usually :meth:`close`; ``requires`` names the packages
-    they import (and the extra that installs them), checked when the experiment is validated.
+    Subclasses implement :meth:`log` and usually :meth:`close` (called once, by :meth:`end`); ``requires``
+    names the packages they import (and the extra that installs them), checked when the experiment is validated.
     """
 
     Config: type[BaseModel]
@@ -128,6 +128,10 @@ class Logger(Observer):
 
     def close(self, summary: dict | None) -> None:
         """End the tracker run; ``summary`` is the unit's summary when it finished (``None``: stopped)."""
+
+    def end(self, end: RunEnd) -> None:
+        """The unit ended: the tracker run is closed, with the unit's summary when it finished."""
+        self.close(dict(end.summary) if end.finished and end.summary is not None else None)
 
 
 def summary_metrics(summary: dict) -> dict[str, float]:

@@ -33,10 +33,11 @@ from ..core.errors import ConfigError, DataError, TurnoutError
 from ..core.metrics import comparison_rows, cumulate
 from ..recorders.plots import plot_accuracy
 from ..sim import plugins
+from ..sim.system_only import PROXY_NOTE
 from .preflight import check_resources
 from .progress import ProgressBar
 from ..recorders.base import rows_to_columns
-from .rundir import RunFolder, atomic_write_text
+from .rundir import CONFIG, EXPERIMENT, SCRATCH, SUMMARY, UNIT_ROWS, RunFolder, atomic_write_text
 from .plan import Plan, check_buildable, prepare, require_shared_seeds, units_of, versions
 from .sweep import BACKENDS, Backend, SweepState, UnitsFailed, pending_jobs
 from .unit import StopFlag, jsonable, read_clients, read_rows, read_summary
@@ -64,8 +65,8 @@ def resolved_config(plan: Plan) -> dict:
 
 def start_folder(folder: RunFolder, plan: Plan, experiment: dict) -> None:
     """Record what is being run: the experiment as given (for resume) and the resolved config."""
-    folder.write_json("experiment.json", experiment)
-    atomic_write_text(folder.path / "config.yaml", yaml.safe_dump(resolved_config(plan), sort_keys=False))
+    folder.write_json(EXPERIMENT, experiment)
+    atomic_write_text(folder.path / CONFIG, yaml.safe_dump(resolved_config(plan), sort_keys=False))
 
 
 @dataclass
@@ -83,7 +84,7 @@ def read_units(plan: Plan, folder: RunFolder) -> list[UnitTables]:
     out = []
     for unit in units_of(plan):
         d = folder.unit_dir(unit.index, unit.variant, unit.seed)
-        rows = read_rows(d / "rounds.jsonl")
+        rows = read_rows(d / UNIT_ROWS)
         cumulate(rows)
         out.append(UnitTables(unit.variant, unit.seed, rows, read_clients(d), read_summary(d)))
     return out
@@ -118,14 +119,12 @@ def finalize(plan: Plan, folder: RunFolder) -> dict:
     summary = {"name": plan.name, "versions": versions(), "runs": summaries,
                "variants": [r for r in comparison_rows(summaries) if r["seed"] == "mean"]}
     if plan.variants[0].config.no_train:
-        from ..sim.system_only import PROXY_NOTE
-
         summary["system_only"] = PROXY_NOTE
-    atomic_write_text(work / "summary.json", json.dumps(jsonable(summary), indent=2) + "\n")
+    atomic_write_text(work / SUMMARY, json.dumps(jsonable(summary), indent=2) + "\n")
     if plan.variants[0].config.output.plots and not plan.variants[0].config.no_train:
         plot_accuracy(units, work, plan.name)
     for u in units_of(plan):
-        shutil.rmtree(folder.unit_dir(u.index, u.variant, u.seed) / "scratch", ignore_errors=True)
+        shutil.rmtree(folder.unit_dir(u.index, u.variant, u.seed) / SCRATCH, ignore_errors=True)
     folder.complete()
     return summary
 
@@ -152,8 +151,8 @@ def open_resume(given: Path, expected_variants: list[ResolvedExperiment] | None,
     """
     folder = RunFolder.reopen(given)
     try:
-        stored = folder.read_json("experiment.json")
-        config = yaml.safe_load((folder.path / "config.yaml").read_text())
+        stored = folder.read_json(EXPERIMENT)
+        config = yaml.safe_load((folder.path / CONFIG).read_text())
         saved = config["variants"]
     except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
         folder.release()
@@ -229,7 +228,7 @@ def open_experiment(variants: list[ResolvedExperiment] | None, experiment: dict 
         folder, variants = open_resume(resume, variants, expand)
         try:
             plan = prepare(variants)
-            return Opened(plan, folder, folder.read_json("experiment.json"), created=False)
+            return Opened(plan, folder, folder.read_json(EXPERIMENT), created=False)
         except BaseException:
             folder.release()
             raise

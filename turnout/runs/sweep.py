@@ -30,6 +30,7 @@ import torch
 
 from . import faults
 from ..core.errors import TurnoutError
+from ..core.observers import Observer
 from ..sim.composition import expand
 from .plan import Unit, centralized_reference, data_key, units_of
 from .unit import FileSink, StopFlag, is_done, run_unit
@@ -244,7 +245,7 @@ def _worker_main(conn, stop_event, parent: int) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     stop = StopFlag(stop_event)
 
-    class _OrphanGuard:
+    class _OrphanGuard(Observer):
         """Stops the unit (with a checkpoint) when the owner process is gone."""
 
         def after_round(self, round, record):

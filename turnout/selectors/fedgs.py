@@ -236,7 +236,7 @@ class FedGS(Selector):
     def observe(self, feedback: RoundFeedback) -> None:
         if self.cfg.graph == "oracle":
             return
-        ok = np.asarray(feedback.aggregated, dtype=bool)
+        ok = np.array(feedback.aggregated, dtype=bool)  # a writable copy: torch reads it as a mask
         if not ok.any():
             return
         clients = np.asarray(feedback.clients, dtype=np.int64)[ok]

@@ -83,9 +83,9 @@ def system_only_components(exp: ResolvedExperiment, prefix: str) -> None:
         return
     for seam in TRAINING_SEAMS:
         comp = exp[seam]
-        why = getattr(comp.cls, "needs_training", "")
+        why = comp.cls.needs_training
         if why:
-            ok = [name for name, cls in registries()[seam] if not getattr(cls, "needs_training", "")]
+            ok = [name for name, cls in registries()[seam] if not cls.needs_training]
             raise ConfigError(f"{prefix}{seam}.name", comp.name, f"{why}, so it needs a trained model; without "
                                                                  f"training (--no-train) use one of: {', '.join(ok)}")
 
@@ -103,7 +103,7 @@ def extras_installed(exp: ResolvedExperiment, prefix: str) -> None:
     chosen = [(f"{prefix}executor.name", exp["executor"])]
     chosen += [(f"{prefix}loggers[{i}].name", comp) for i, comp in enumerate(exp.loggers)]
     for key, comp in chosen:
-        for module, extra in getattr(comp.cls, "requires", ()):
+        for module, extra in comp.cls.requires:
             if _missing(module):
                 raise ConfigError(key, comp.name, f"needs {module}, which is not installed: "
                                                   f"pip install 'turnout[{extra}]'")

@@ -35,7 +35,7 @@ from ..core import metrics
 from ..core import rng as rngmod
 from ..core.device import resolve_device
 from ..core.errors import ConfigError
-from ..core.observers import Observer, RoundRecord
+from ..core.observers import Observer, Observers, RoundRecord, RunEnd, RunStart
 from ..core.records import Reports, RoundFeedback, SelectionContext
 from ..core.state import Stateful
 from ..data.federated import FederatedDataset
@@ -146,14 +146,27 @@ class Simulation(Stateful):
 
     # ---- running ---------------------------------------------------------------------------------
     def run(self, observers: Iterable[Observer] = ()) -> RunResult:
-        """Run every remaining round, then end the run (late reports still in flight are wasted)."""
+        """Run every remaining round, then end the run (late reports still in flight are wasted).
+
+        Each observer is begun, told of every round and ended (with the run's summary) exactly once.
+        """
         wall0 = time.perf_counter()
-        try:
-            rows = self.advance(observers=observers)
-            self.finish()
-        finally:
-            self.release()
-        return self.result(rows, wall_s=time.perf_counter() - wall0)
+        watching = Observers(observers)
+        start = RunStart(variant=self.exp.variant, seed=self.seed, rounds=self.exp.config.rounds,
+                         next_round=self.next_round)
+        with watching.running(start):
+            with self:  # workers and spill files are released when the rounds are done
+                rows = self.advance(observers=[watching])
+                self.finish()
+            result = self.result(rows, wall_s=time.perf_counter() - wall0)
+            watching.end(RunEnd(finished=True, summary=result.summary, clients=result.clients))
+        return result
+
+    def __enter__(self) -> "Simulation":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
     def advance(self, until: int | None = None, observers: Iterable[Observer] = ()) -> list[dict]:
         """Run rounds ``next_round … until − 1`` (default: to the end) and return their rows.

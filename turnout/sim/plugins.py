@@ -27,7 +27,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..config.display import one_line
-from ..config.plugin_specs import is_file
+from ..config.plugin_specs import anchor, is_file
+
+__all__ = ["Plugin", "anchor", "is_file", "load", "origin", "records"]
 from ..core.errors import ConfigError
 from ..core.registry import DuplicateName
 from .catalogue import listed_registries
