@@ -208,7 +208,7 @@ def select_variants(variants: list[ResolvedExperiment], only: list[str] | None) 
 
 
 @dataclass
-class Opened:
+class OpenExperiment:
     """An experiment ready to run: its plan (datasets built) and its locked run folder."""
 
     plan: Plan
@@ -218,7 +218,7 @@ class Opened:
 
 
 def open_experiment(variants: list[ResolvedExperiment] | None, experiment: dict | None, out: Path | None = None,
-                    resume: Path | None = None, expand=None) -> Opened:
+                    resume: Path | None = None, expand=None) -> OpenExperiment:
     """Create (``out``) or reopen (``resume``) the run folder of an experiment and prepare its plan.
 
     ``experiment`` is ``{"raw": dict, "overrides": {key: value}, "only": [names] | None}``: what resume
@@ -228,7 +228,7 @@ def open_experiment(variants: list[ResolvedExperiment] | None, experiment: dict 
         folder, variants = open_resume(resume, variants, expand)
         try:
             plan = prepare(variants)
-            return Opened(plan, folder, folder.read_json(EXPERIMENT), created=False)
+            return OpenExperiment(plan, folder, folder.read_json(EXPERIMENT), created=False)
         except BaseException:
             folder.release()
             raise
@@ -240,7 +240,7 @@ def open_experiment(variants: list[ResolvedExperiment] | None, experiment: dict 
     except BaseException:
         folder.discard()
         raise
-    return Opened(plan, folder, experiment, created=True)
+    return OpenExperiment(plan, folder, experiment, created=True)
 
 
 def run_sweep(experiments: list, backend: Backend, stop: StopFlag, progress=None) -> list[dict]:
@@ -285,7 +285,7 @@ def make_backend(name: str, jobs: int = 1, retries: int = 2, address: str | None
     return BACKENDS[name](jobs=jobs, retries=retries, address=address)
 
 
-def run_opened(opened: list[Opened], backend=None, progress: ProgressBar | None = None,
+def run_opened(opened: list[OpenExperiment], backend=None, progress: ProgressBar | None = None,
                stop: StopFlag | None = None) -> list[tuple[Path, dict]]:
     """Run every unit of the opened experiments as one sweep; returns (run folder, summary) per experiment."""
     torch.set_num_threads(opened[0].plan.variants[0].config.runtime.torch_threads)
