@@ -14,11 +14,11 @@ from typing import Literal
 import numpy as np
 import torch
 from pydantic import Field
-from turnout.records import Cohort, Reports, SelectionContext
 
 from turnout.algorithms.base import ALGORITHMS, Algorithm
 from turnout.config.base import StrictModel
 from turnout.config.limits import MAX_CLIENTS, MAX_SERVER_LR
+from turnout.records import Cohort, Reports, SelectionContext
 from turnout.selectors.base import SELECTORS, Selector
 from turnout.world.context import WorldContext
 
