@@ -32,5 +32,5 @@ def test_a_round_is_a_handful_of_phases():
     lines = inspect.getsource(turnout.sim.engine.Simulation.step).splitlines()
     assert len(lines) <= 40
     body = "\n".join(lines)
-    for phase in ("_open", "_train", "_close", "_aggregate", "_account"):
+    for phase in ("_open", "_train", "_settle", "_aggregate", "_account"):
         assert f"self.{phase}(" in body

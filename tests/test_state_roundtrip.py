@@ -104,13 +104,14 @@ def test_snapshot_load_continue_is_bit_identical(case, build_simulation, tmp_pat
     first = build_simulation(raw, scratch_dir=tmp_path / "first")
     head = first.advance(until=SPLIT)
     state = through_disk(first.state_dict())
-    first.close()
+    first.release()
     second = build_simulation(raw, scratch_dir=tmp_path / "second")
     second.load_state_dict(state)
     assert same_state(second.state_dict(), state)  # loading restores exactly what was saved
     tail = second.advance()
+    second.finish()
     resumed = second.result(head + tail)
-    second.close()
+    second.release()
 
     rows_equal(head + tail, full.rounds)
     assert torch.equal(resumed.final_params, full.final_params)

@@ -67,23 +67,15 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec):
         new = "turnout." + MOVED[spec.name[8:]]
+        # stacklevel 2: the importing line (warnings skips the import system's own frames)
         warnings.warn(f"{spec.name} moved to {new}; the old name is kept until turnout 0.2, import the new one",
-                      DeprecationWarning, stacklevel=_caller_level())
+                      DeprecationWarning, stacklevel=2)
         module = importlib.import_module(new)
         self._real_spec = module.__spec__  # the import system overwrites __spec__ with the alias's; put it back
         return module
 
     def exec_module(self, module):
         module.__spec__ = self._real_spec
-
-
-def _caller_level() -> int:
-    """The stack level of the frame that wrote the import (past the import system and this finder)."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and (frame.f_code.co_filename.startswith("<frozen importlib")
-                                 or frame.f_code.co_filename == __file__):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
