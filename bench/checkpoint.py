@@ -31,10 +31,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from turnout import checkpoint  # noqa: E402
-from turnout.composition import expand  # noqa: E402
 from turnout.config.loader import read_yaml  # noqa: E402
-from turnout.experiment import prepare, run_experiment  # noqa: E402
+from turnout.runs import checkpoint  # noqa: E402
+from turnout.runs.experiment import prepare, run_experiment  # noqa: E402
+from turnout.sim.composition import expand  # noqa: E402
 
 POLICIES = {"none": {"runtime.checkpoint_every_s": None},
             "default": {},
@@ -63,7 +63,7 @@ def timed_run(raw: dict, overrides: dict, folder: Path) -> float:
 
 def one_checkpoint(raw: dict, folder: Path) -> tuple[int, float]:
     """(bytes on disk, seconds) of one checkpoint of the first unit after a third of its rounds."""
-    from turnout.engine import Simulation
+    from turnout.sim.engine import Simulation
 
     exp = expand(raw)[0]
     plan = prepare([exp])
@@ -72,7 +72,7 @@ def one_checkpoint(raw: dict, folder: Path) -> tuple[int, float]:
     t = time.perf_counter()
     path = checkpoint.save(folder, sim.state_dict(), {"next_round": sim.next_round})
     seconds = time.perf_counter() - t
-    sim.close()
+    sim.release()
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()), seconds
 
 

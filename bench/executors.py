@@ -48,10 +48,10 @@ import time
 import numpy as np
 import torch
 
-from turnout.composition import expand
 from turnout.data.federated import FederatedDataset, offsets_from_counts
-from turnout.engine import Simulation, build_model
-from turnout.experiment import prepare
+from turnout.runs.experiment import prepare
+from turnout.sim.composition import expand
+from turnout.sim.engine import Simulation, build_model
 
 SAMPLES, CLIENTS = 320, 100
 TRAIN = {"batch_size": 32, "local_steps": 10}
@@ -169,7 +169,7 @@ def bench(model: str, workload: str, executors: list[tuple[dict, str]], rounds: 
         summaries = [sim.executor.summary() for sim in sims]
     finally:
         for sim in sims:
-            sim.close()
+            sim.release()
     out = []
     base = statistics.median(times[0])
     for ex, w, t, o, s in zip(executors, warm, times, others, summaries):

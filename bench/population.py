@@ -20,10 +20,10 @@ import time
 import numpy as np
 import torch
 
-from turnout.composition import expand
 from turnout.data.federated import FederatedDataset, offsets_from_counts
-from turnout.engine import Simulation
 from turnout.executors.base import CohortResult, Executor
+from turnout.sim.composition import expand
+from turnout.sim.engine import Simulation
 
 
 class StubExecutor(Executor):

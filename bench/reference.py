@@ -77,7 +77,7 @@ def _peak_since_reset_mb() -> float:
 
 def _engine(exp, data) -> Callable[[], None]:
     """One engine round per call (the simulation stays open: the process ends when measuring does)."""
-    from turnout.engine import Simulation
+    from turnout.sim.engine import Simulation
 
     sim = Simulation(exp, data, 0)
     rounds = iter(range(exp.config.rounds))
@@ -86,7 +86,7 @@ def _engine(exp, data) -> Callable[[], None]:
 
 def _plain(exp, data) -> Callable[[], None]:
     """One round of FedAvg per call, as a PyTorch user writes it: modules, state dicts, torch.optim."""
-    from turnout.engine import build_model
+    from turnout.sim.engine import build_model
 
     glob = build_model(exp, data, 0).module
     local = build_model(exp, data, 0).module
@@ -123,8 +123,8 @@ def _plain(exp, data) -> Callable[[], None]:
 
 
 def _setup(model: str, rounds: int):
-    from turnout.composition import expand
-    from turnout.experiment import prepare
+    from turnout.runs.experiment import prepare
+    from turnout.sim.composition import expand
 
     torch.set_num_threads(1)  # the simulation's default (runtime.torch_threads: 1)
     os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})  # one core, the same for every process

@@ -84,7 +84,7 @@ MATRIX_OPTIONS = {
 
 def _registries():
     try:  # after the contracts refactor the composition root owns the registries
-        from turnout.composition import registries  # type: ignore
+        from turnout.sim.composition import registries  # type: ignore
 
         return registries()
     except ImportError:
@@ -157,7 +157,7 @@ def _sha_text(text: str) -> str:
 
 def run_case_tables(source: str | dict, overrides: list[str], work: Path) -> dict[str, str]:
     """Run one case through the CLI in this process; the text of its rounds.csv and clients.csv."""
-    from turnout.cli import main
+    from turnout.app.cli import main
 
     work.mkdir(parents=True, exist_ok=True)
     if isinstance(source, dict):
@@ -207,8 +207,8 @@ def table_differences(want: str, got: str, limit: int = 3) -> list[str]:
 
 
 def environment() -> dict[str, str]:
-    """This process's environment fingerprint (turnout.environment.fingerprint)."""
-    from turnout.environment import fingerprint
+    """This process's environment fingerprint (turnout.core.environment.fingerprint)."""
+    from turnout.core.environment import fingerprint
 
     return fingerprint()
 

@@ -9,7 +9,7 @@
 
 A page runs its settings one after another, each as ``turnout run CONFIG --set ... --jobs $JOBS`` (default
 2 worker processes; results do not depend on it) into ``runs/reproduce/PAGE/SETTING``, then writes the page
-with :func:`turnout.report.write_report`. A page with a ``tune`` step (FedSUM) first runs the tuning grid,
+with :func:`turnout.app.report.write_report`. A page with a ``tune`` step (FedSUM) first runs the tuning grid,
 picks the value its paper's protocol picks and passes it to every setting.
 
 Every page records, in a machine-readable comment at its end, the commit and the hash of the resolved
@@ -202,8 +202,8 @@ def git_commit() -> str:
 
 def _resolved(setting: Setting, extra: tuple[str, ...] = ()) -> list[dict]:
     """The setting's variants as resolved configs, minus what does not change a number (output, runtime, data paths)."""
-    from turnout.composition import expand
     from turnout.config.loader import parse_override, read_yaml
+    from turnout.sim.composition import expand
 
     overrides = dict(parse_override(o) for o in (*setting.sets, *extra))
     out = []
@@ -303,7 +303,7 @@ def choose(page: Page, folder: Path) -> tuple[dict, str]:
 
 def run_slice(page: Page, tuned: dict) -> dict[str, dict[str, float]]:
     """The check slice's numbers per variant, run in this process."""
-    from turnout.cli import main
+    from turnout.app.cli import main
 
     setting = next(s for s in page.settings if s.name == page.slice.setting)
     r = page.slice.rounds
@@ -351,7 +351,7 @@ def slice_section(name: str, page: Page, record: dict) -> str:
 
 
 def render(name: str, page: Page, folder: Path, record: dict, out: Path) -> Path:
-    from turnout.report import write_report
+    from turnout.app.report import write_report
 
     notes_file = RESULTS / "notes" / f"{name}.md"
     notes = notes_file.read_text() if notes_file.is_file() else ""

@@ -17,6 +17,8 @@ if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
 fi
 echo "lint first: ruff check ."
 .venv/bin/ruff check .
+echo "layers next: lint-imports (the contracts in pyproject.toml: no upward import, no import circle)"
+.venv/bin/lint-imports
 # TURNOUT_CHECKS=0 skips the two checks below (a quick local run); CI always runs them.
 if [ "${TURNOUT_CHECKS:-1}" != "0" ]; then
   echo "docs: mkdocs build --strict (warnings are errors)"

@@ -33,7 +33,7 @@ _DATASETS: dict[tuple[str, int], object] = {}
 
 def dataset_for(exp, seed: int):
     """The dataset of ``exp`` on ``seed``, built once per session."""
-    from turnout.experiment import prepare
+    from turnout.runs.experiment import prepare
 
     key = (json.dumps(exp["data"].as_dict(), sort_keys=True), seed)
     if key not in _DATASETS:
@@ -42,8 +42,8 @@ def dataset_for(exp, seed: int):
 
 
 def _build(raw: dict, seed: int = 0, components=None, scratch_dir=None, variant: int = 0):
-    from turnout.composition import expand
-    from turnout.engine import Simulation
+    from turnout.sim.composition import expand
+    from turnout.sim.engine import Simulation
 
     exp = expand(copy.deepcopy(raw))[variant]
     return Simulation(exp, dataset_for(exp, seed), seed, scratch_dir=scratch_dir, components=components)
@@ -80,8 +80,8 @@ def spy():
     after every ``method`` call. Tests observe a component's traffic without monkeypatching it."""
 
     def make(seam: str, method: str, keep=lambda obj, result, *args: (result, *args)):
-        from turnout.composition import BUILDERS
         from turnout.config.loader import Component
+        from turnout.sim.composition import BUILDERS
 
         def factory(ctx):
             comp = ctx.exp[seam]
@@ -111,7 +111,7 @@ def tiny() -> dict:
 def build_simulation():
     """``build_simulation(raw, seed=0, components=None, scratch_dir=None, variant=0) -> Simulation``.
 
-    ``components`` injects components instead of the configured ones (see ``turnout.composition.compose``).
+    ``components`` injects components instead of the configured ones (see ``turnout.sim.composition.compose``).
     """
     return _build
 

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 import turnout
-from turnout.composition import expand
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
+from turnout.sim.composition import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 EXP = {"name": "api", "seeds": [0, 1], "rounds": 4, "data": {"name": "synthetic", "num_clients": 20},

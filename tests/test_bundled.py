@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from turnout import bundled
-from turnout.cli import main
-from turnout.errors import ConfigError
+from turnout.app import bundled
+from turnout.app.cli import main
+from turnout.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 

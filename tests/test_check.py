@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from turnout.cli import main
-from turnout.composition import expand, load_experiment
-from turnout.errors import ConfigWarning
+from turnout.app.cli import main
+from turnout.core.errors import ConfigWarning
+from turnout.sim.composition import expand, load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from turnout.cli import main
+from turnout.app.cli import main
 
 #: The smallest valid experiment: 2 rounds of 3-of-6 clients on synthetic data (runs in well under a second).
 BASE = {

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from turnout.composition import registries
+from turnout.sim.catalogue import registries
 
 N, K = 24, 4
 #: options for components whose defaults do not fit a 24-client, 4-per-round world
@@ -109,7 +109,7 @@ def test_round_mode_selector_compressor_algorithm(round_mode, selector, compress
 
 @pytest.mark.parametrize("compressor,algorithm", incompatible_pairs())
 def test_incompatible_compressor_is_refused(compressor, algorithm, run_combo):
-    from turnout.errors import ConfigError
+    from turnout.core.errors import ConfigError
 
     with pytest.raises(ConfigError) as e:
         run_combo(compressor=compressor, algorithm=algorithm)

@@ -6,10 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import turnout.engine
-from turnout.composition import SEAMS
+import turnout.sim.engine
+from turnout.sim.catalogue import SEAMS
 
-ENGINE = Path(turnout.engine.__file__).read_text()
+ENGINE = Path(turnout.sim.engine.__file__).read_text()
 
 
 def test_importing_config_imports_no_component_package():
@@ -29,8 +29,8 @@ def test_engine_never_probes_a_component_and_names_no_paper():
 
 
 def test_a_round_is_a_handful_of_phases():
-    lines = inspect.getsource(turnout.engine.Simulation.step).splitlines()
+    lines = inspect.getsource(turnout.sim.engine.Simulation.step).splitlines()
     assert len(lines) <= 40
     body = "\n".join(lines)
-    for phase in ("_open", "_train", "_close", "_aggregate", "_account"):
+    for phase in ("_open", "_train", "_settle", "_aggregate", "_account"):
         assert f"self.{phase}(" in body

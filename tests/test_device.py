@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from turnout.device import resolve_device
-from turnout.errors import ConfigError
+from turnout.core.device import resolve_device
+from turnout.core.errors import ConfigError
 
 RAW = {"name": "dev", "rounds": 3, "data": {"name": "synthetic", "num_clients": 12}, "model": {"name": "mlp"},
        "train": {"batch_size": 10, "local_steps": 3, "lr": 0.05, "momentum": 0.5},

@@ -5,8 +5,8 @@ import math
 import torch
 
 from turnout.algorithms.fedavg import FedAvg, FedAvgConfig
-from turnout.cli import outcome_lines
-from turnout.metrics import comparison_rows, cumulate, summarize
+from turnout.app.cli import outcome_lines
+from turnout.core.metrics import comparison_rows, cumulate, summarize
 
 RAW = {"name": "div", "rounds": 6, "data": {"name": "synthetic", "num_clients": 12}, "model": {"name": "logreg"},
        "train": {"batch_size": 10, "local_steps": 2, "lr": 0.05},

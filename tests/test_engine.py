@@ -6,8 +6,8 @@ import torch
 
 from turnout.algorithms.fedavg import FedAvg, FedAvgConfig
 from turnout.availability.always import AlwaysAvailable
+from turnout.core.records import Reports, RoundClose
 from turnout.devices.base import DeviceModel
-from turnout.records import Reports, RoundClose
 from turnout.round_modes.base import RoundMode
 from turnout.world.population import DeviceProfiles
 
@@ -59,8 +59,8 @@ def test_full_participation_fedavg_equals_manual_weighted_average(simulate):
     sim, res = simulate(raw)
     exp = sim.exp
     # redo round 0 by hand: every client trains from the initial model, average weighted by n_k
-    from turnout import rng
-    from turnout.engine import build_model
+    from turnout.core import rng
+    from turnout.sim.engine import build_model
     from turnout.training.local_sgd import LocalTrainer
 
     fm = build_model(exp, sim.data, 0)
@@ -96,8 +96,8 @@ def test_reports_weighting_and_server_momentum():
 def test_unbiased_weighting_is_not_renormalised(simulate):
     raw = {**TINY, "rounds": 1, "selector": {"name": "uniform", "clients_per_round": 4, "weighting": "unbiased"}}
     sim, _ = simulate(raw)
-    from turnout import rng
-    from turnout.records import SelectionContext
+    from turnout.core import rng
+    from turnout.core.records import SelectionContext
 
     cohort = sim.selector.select(SelectionContext(0, 0.0, np.arange(12), 4, rng.stream(0, "selection", 0), sim.world,
                                                   sim.availability, probe_loss=None))
@@ -215,7 +215,7 @@ def test_non_finite_or_misshapen_reports_are_rejected_and_model_stays_finite(bui
 
 def test_download_time_is_the_critical_clients_download(simulate):
     """GlueFL's DT: per round, the download seconds of the last on-time report; summed to the target."""
-    from turnout.metrics import cumulate, summarize
+    from turnout.core.metrics import cumulate, summarize
     sim, res = simulate(TINY)
     cumulate(res.rounds)  # what the experiment runner does before writing rounds.csv
     dim = 60 * 10 + 10
@@ -229,7 +229,7 @@ def test_download_time_is_the_critical_clients_download(simulate):
 
 def test_critical_path_splits_into_download_compute_and_upload(simulate):
     """GlueFL Fig. 9: the critical client's download + compute + upload seconds make up the wait_all round."""
-    from turnout.metrics import cumulate, summarize
+    from turnout.core.metrics import cumulate, summarize
     sim, res = simulate(TINY)
     cumulate(res.rounds)
     dim = 60 * 10 + 10
@@ -247,7 +247,7 @@ def test_critical_path_splits_into_download_compute_and_upload(simulate):
 
 
 def test_critical_path_is_empty_when_nothing_is_aggregated():
-    from turnout.metrics import critical_path_s, time_shares
+    from turnout.core.metrics import critical_path_s, time_shares
     none = np.zeros(3, dtype=bool)
     assert critical_path_s(np.ones(3), np.ones(3), np.ones(3), np.arange(3.0), none) == (0.0, 0.0, 0.0)
     assert all(np.isnan(time_shares(0.0, 0.0, 0.0)))
@@ -261,7 +261,7 @@ def test_finite_rows_agrees_with_isfinite_including_sums_that_overflow():
     import numpy as np
     import torch
 
-    from turnout.engine import finite_rows
+    from turnout.sim.engine import finite_rows
 
     big = torch.finfo(torch.float32).max
     x = torch.tensor([[1.0, 2.0, 3.0],

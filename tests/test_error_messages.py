@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-from turnout.errors import SHOWN_CHARS, ConfigError, shown
+from turnout.core.errors import SHOWN_CHARS, ConfigError, shown
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from turnout.composition import expand, load_experiment
+from turnout.sim.composition import expand, load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted((ROOT / "experiments").rglob("*.yaml"))

@@ -2,9 +2,9 @@
 
 import pytest
 
-from turnout.cli import main
-from turnout.composition import BLOCKS, listed_registries
+from turnout.app.cli import main
 from turnout.config.options import _nested_model
+from turnout.sim.catalogue import BLOCKS, listed_registries
 
 
 def listing(capsys, *argv) -> str:

@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 import turnout
-from turnout.composition import expand
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
+from turnout.sim.composition import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 EXP = {"name": "logged", "seeds": [0, 1], "rounds": 4, "data": {"name": "synthetic", "num_clients": 20},
@@ -183,7 +183,7 @@ def test_a_plugin_logger_runs_in_each_worker_that_runs_a_unit(tmp_path):
 def test_a_missing_logger_package_or_bad_option_is_one_line_before_any_work(tmp_path):
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump({**EXP, "loggers": ["tensorboard", {"name": "mlflow"}]}))
-    code = ("import sys; sys.modules['mlflow'] = None\nfrom turnout.cli import main\n"
+    code = ("import sys; sys.modules['mlflow'] = None\nfrom turnout.app.cli import main\n"
             f"sys.exit(main(['run', {str(path)!r}, '--out', {str(tmp_path / 'x')!r}]))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2
@@ -223,7 +223,7 @@ def test_a_resumed_unit_continues_its_mlflow_run(tmp_path, monkeypatch):
 
 
 def test_check_shows_each_variants_loggers_and_list_their_options(tmp_path, capsys):
-    from turnout.cli import main
+    from turnout.app.cli import main
 
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump({**EXP, "loggers": [{"name": "tensorboard", "log_dir": "tb"}]}))

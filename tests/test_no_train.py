@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from turnout.composition import expand
+from turnout.core.errors import ConfigError
 from turnout.data.population import PopulationDataset
-from turnout.errors import ConfigError
-from turnout.system_only import PROXY_NOTE, SystemOnlySimulation, samples_processed
+from turnout.sim.composition import expand
+from turnout.sim.system_only import PROXY_NOTE, SystemOnlyWork, samples_processed
 from turnout.training.local_sgd import batch_indices
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ def test_the_proxy_reproduces_a_trained_runs_participation_bytes_time_and_waste(
     raw = {**copy.deepcopy(BASE), **SETTINGS[setting]}
     trained_sim, trained = simulate(raw)
     system_sim, system = simulate({**raw, "no_train": True})
-    assert isinstance(system_sim, SystemOnlySimulation) and not isinstance(trained_sim, SystemOnlySimulation)
+    assert isinstance(system_sim.work, SystemOnlyWork) and not isinstance(trained_sim.work, SystemOnlyWork)
     compared = 0
     for a, b in zip(trained.rounds, system.rounds, strict=True):
         assert all(math.isnan(b[k]) for k in ("accuracy", "loss", "train_loss"))

@@ -65,7 +65,7 @@ def test_a_page_records_commit_hash_and_slice_and_check_catches_changes(tmp_path
 
 
 def test_every_setting_of_every_page_validates():
-    from turnout.composition import load_experiment
+    from turnout.sim.composition import load_experiment
 
     for name, page in pages.PAGES.items():
         for s in (*page.settings, *(page.tune.settings if page.tune else ())):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import yaml
 
-from turnout.cli import main
+from turnout.app.cli import main
 
 #: 2 variants × 1 seed × 3 rounds of 4-of-20 synthetic clients, evaluated at rounds 0 and 2
 EXPERIMENT = {"name": "pq", "rounds": 3, "seeds": [0], "data": {"name": "synthetic", "num_clients": 20},
@@ -60,7 +60,7 @@ def test_parquet_tables_hold_the_csv_tables_values(runs):
 
 
 def test_report_reads_a_parquet_run_folder_like_a_csv_one(runs, tmp_path):
-    from turnout.report import _curves, _selection_counts
+    from turnout.app.report import _curves, _selection_counts
 
     csv_run, pq_run = runs["csv"], runs["parquet"]
     a, b = _curves(csv_run, "accuracy"), _curves(pq_run, "accuracy")

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import numpy as np
 
-from turnout.cli import main
-from turnout.plots import availability_matrix
+from turnout.app.cli import main
+from turnout.recorders.plots import availability_matrix
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
 

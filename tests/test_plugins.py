@@ -16,12 +16,13 @@ import pytest
 import torch
 import yaml
 
-from turnout import plugins
 from turnout.algorithms.base import AlgorithmContext
-from turnout.composition import expand, registries
-from turnout.errors import ConfigError
-from turnout.records import Reports
-from turnout.state import decode_state, encode_state
+from turnout.core.errors import ConfigError
+from turnout.core.records import Reports
+from turnout.core.state import decode_state, encode_state
+from turnout.sim import plugins
+from turnout.sim.catalogue import registries
+from turnout.sim.composition import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "plugins" / "fair_and_robust.py"

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 import yaml
 
-from turnout import numerics
-from turnout.cli import main
-from turnout.environment import NUMERIC_PACKAGES
+from turnout.app.cli import main
+from turnout.core import numerics
+from turnout.core.environment import NUMERIC_PACKAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = importlib.util.spec_from_file_location("golden_hashes_portability", ROOT / "scripts" / "golden_hashes.py")
@@ -161,7 +161,7 @@ def test_label_mix_availability_is_summed_in_a_fixed_order():
     ("base: &b [1, 2]\nseeds: {<<: *b}", "expected a mapping for merging"),
 ])
 def test_yaml_types_beyond_json_are_one_line_exit_2_and_no_traceback(line, needle, tmp_path, capsys, monkeypatch):
-    import turnout.cli as cli
+    import turnout.app.cli as cli
 
     monkeypatch.setattr(cli, "_log_traceback", lambda exc: pytest.fail(f"a traceback was logged: {exc!r}"))
     cfg = tmp_path / "exp.yaml"
@@ -202,14 +202,14 @@ def test_too_many_workers_is_one_line_naming_workers_before_any_worker_starts(tm
 
 
 def _variants(workers: int, executor: str = "parallel"):
-    from turnout.composition import expand
+    from turnout.sim.composition import expand
 
     return expand(dict(golden.MATRIX_BASE, executor={"name": executor, "workers": workers}))
 
 
 def test_each_worker_process_is_counted_and_more_than_the_cores_warns(monkeypatch):
-    from turnout import preflight
-    from turnout.errors import ConfigError, ConfigWarning
+    from turnout.core.errors import ConfigError, ConfigWarning
+    from turnout.runs import preflight
 
     monkeypatch.setattr(preflight, "worker_process_bytes", lambda: 300 << 20)
     monkeypatch.setattr(preflight, "available_cores", lambda: 2)

@@ -6,11 +6,11 @@ import copy
 
 import pytest
 
-from turnout import preflight
-from turnout.composition import expand
-from turnout.engine import build_model
-from turnout.errors import ConfigError
-from turnout.experiment import prepare
+from turnout.core.errors import ConfigError
+from turnout.runs import preflight
+from turnout.runs.experiment import prepare
+from turnout.sim.composition import expand
+from turnout.sim.engine import build_model
 
 GiB = 1 << 30
 BASE = {"name": "pre", "rounds": 2, "seeds": [0], "data": {"name": "synthetic", "num_clients": 30},

@@ -2,13 +2,13 @@
 
 from pathlib import Path
 
-from turnout.cli import main
+from turnout.app.cli import main
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
 
 
 def test_quickstart_config_is_valid_and_small():
-    from turnout.composition import load_experiment
+    from turnout.sim.composition import load_experiment
 
     variants = load_experiment(QUICKSTART)
     assert [v.variant for v in variants] == ["K=5", "K=10", "K=20"]

@@ -1,7 +1,7 @@
 """Short federated runs on the real datasets learn: above chance, through the real engine.
 
 Each test builds an experiment dict, validates it with :func:`turnout.config.loader.expand`, builds
-the dataset with :func:`turnout.experiment.prepare` and runs :class:`turnout.engine.Simulation`
+the dataset with :func:`turnout.runs.experiment.prepare` and runs :class:`turnout.sim.engine.Simulation`
 — the same path ``turnout run`` takes — then checks the server test accuracy against the chance
 level *of that test set* (the majority class share, never below 1/num_classes) and that the test
 loss went down. Runs are deterministic for a seed, so the margins below are not flaky.
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from turnout.composition import expand
-from turnout.engine import RunResult
+from turnout.sim.composition import expand
+from turnout.sim.engine import RunResult
 
 FIXTURE = Path(__file__).parent / "fixtures" / "leaf" / "synthetic_0.5_0.5_small.json"
 FASHION_DIR = "/usr/share/datasets/fashion-mnist"

@@ -8,8 +8,8 @@ import pytest
 import yaml
 from scipy import stats
 
-from turnout.cli import main
-from turnout.report import (
+from turnout.app.cli import main
+from turnout.app.report import (
     Footnotes,
     PairedDifference,
     _curves,
@@ -83,7 +83,7 @@ def test_selection_count_plot_from_clients_csv(tmp_path):
     rows = ["variant,seed,client,times_selected"] + [f"{v},{s},{c},{(c + s) if v == 'uniform' else 5}"
                                                      for v in ("uniform", "fedgs") for s in (0, 1) for c in range(4)]
     (a / "clients.csv").write_text("\n".join(rows) + "\n")
-    from turnout.report import _selection_counts
+    from turnout.app.report import _selection_counts
     counts = _selection_counts(a)
     assert counts["uniform"].tolist() == [0.5, 1.5, 2.5, 3.5] and counts["fedgs"].tolist() == [5.0] * 4
     out = write_report([a], tmp_path / "docs" / "fedgs.md", ["best_loss"], "FedGS", curve=None, counts=["YMF"])

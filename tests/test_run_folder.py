@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import yaml
 
-from turnout.cli import main
+from turnout.app.cli import main
 
 BASE = """
 name: det

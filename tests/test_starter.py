@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from turnout.cli import main
-from turnout.composition import load_experiment
-from turnout.starter import FILES
+from turnout.app.cli import main
+from turnout.app.starter import FILES
+from turnout.sim.composition import load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 

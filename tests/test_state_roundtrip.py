@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from turnout.composition import registries
-from turnout.state import Stateful, decode_state, encode_state, same_state
+from turnout.core.state import Stateful, decode_state, encode_state, same_state
+from turnout.sim.catalogue import registries
 from turnout.world.context import WorldContext
 from turnout.world.state_store import ClientStateStore
 
@@ -104,13 +104,14 @@ def test_snapshot_load_continue_is_bit_identical(case, build_simulation, tmp_pat
     first = build_simulation(raw, scratch_dir=tmp_path / "first")
     head = first.advance(until=SPLIT)
     state = through_disk(first.state_dict())
-    first.close()
+    first.release()
     second = build_simulation(raw, scratch_dir=tmp_path / "second")
     second.load_state_dict(state)
     assert same_state(second.state_dict(), state)  # loading restores exactly what was saved
     tail = second.advance()
+    second.finish()
     resumed = second.result(head + tail)
-    second.close()
+    second.release()
 
     rows_equal(head + tail, full.rounds)
     assert torch.equal(resumed.final_params, full.final_params)
@@ -193,6 +194,6 @@ def test_every_changed_attribute_is_declared(case, build_simulation):
                                                    "compressor")}
     before = {seam: _record(obj) for seam, obj in parts.items()}
     sim.advance(until=ROUNDS)
-    sim.close()
+    sim.release()
     undeclared = [p for seam, obj in parts.items() for p in _undeclared_changes(obj, before[seam], seam)]
     assert not undeclared, f"attributes that change during a run but are not in state_attrs/scratch_attrs: {undeclared}"

@@ -108,7 +108,7 @@ def test_ray_backend_gives_byte_identical_tables_and_survives_a_lost_worker(conf
 
 def test_without_ray_the_ray_backend_is_one_line_saying_how_to_install_it(configs, tmp_path):
     code = ("import sys; sys.modules['ray'] = None\n"
-            "from turnout.cli import main\n"
+            "from turnout.app.cli import main\n"
             f"sys.exit(main(['run', {str(configs[0])!r}, '--backend', 'ray', '--out', {str(tmp_path / 'x')!r}]))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2
@@ -141,9 +141,9 @@ def _rows(folder: Path) -> list[dict]:
 
 def test_workers_take_the_longest_units_first_by_estimated_work():
     """LPT order: the quickstart's K = 20 units estimate 4× its K = 5 units; equal units keep sweep order."""
-    from turnout.composition import expand
-    from turnout.experiment import prepare
-    from turnout.sweep import UnitJob, estimated_work, longest_first
+    from turnout.runs.experiment import prepare
+    from turnout.runs.sweep import UnitJob, estimated_work, longest_first
+    from turnout.sim.composition import expand
 
     variants = expand(yaml.safe_load((ROOT / "experiments" / "quickstart.yaml").read_text()),
                       {"eval.centralized_baseline": False})
@@ -162,9 +162,9 @@ def test_a_worker_rebuilds_only_its_units_dataset_and_keeps_recent_ones(monkeypa
     """A worker's dataset is the owner's bit for bit; it builds only its seed's, and keeps datasets within a budget."""
     import numpy as np
 
-    from turnout import sweep
-    from turnout.composition import expand
-    from turnout.experiment import prepare
+    from turnout.runs import sweep
+    from turnout.runs.experiment import prepare
+    from turnout.sim.composition import expand
 
     experiment = {"raw": QUICK, "overrides": {}}
     owner = prepare(expand(QUICK))

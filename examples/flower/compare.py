@@ -46,7 +46,7 @@ class RecordingSelector:
 
 def simulated_cohorts(exp, seed: int) -> list[dict]:
     """Each round's cohort (sorted client ids) and aggregated / late flags, as the simulator decides them."""
-    from turnout.engine import Simulation
+    from turnout.sim.engine import Simulation
 
     data = exp["data"].cls.build(exp["data"].cfg, seed)
     recorder: list[RecordingSelector] = []
@@ -114,8 +114,8 @@ def compare_variant(exp, seed: int, deployed: Path, simulated: Path) -> dict:
 def compare_with_simulation(raw: dict, overrides: dict, variants: list, seed: int, folders: dict[str, Path],
                             out: Path) -> str:
     """`turnout run` the variants into ``out``, compare each with its deployment, and return a table."""
-    from turnout.composition import expand
-    from turnout.experiment import run_experiment
+    from turnout.runs.experiment import run_experiment
+    from turnout.sim.composition import expand
 
     names = {v.variant for v in variants}
     one_seed = {**overrides, "seeds": [seed]}

@@ -68,11 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--verbose", action="store_true", help="show Flower's own log (its notices included)")
     args = p.parse_args(argv)
 
-    from turnout.composition import expand
     from turnout.config.loader import parse_override, read_yaml
-    from turnout.errors import ConfigError, TurnoutError
-    from turnout.experiment import check_buildable, prepare
+    from turnout.core.errors import ConfigError, TurnoutError
     from turnout.flower import check_deployable, require_flower
+    from turnout.runs.experiment import check_buildable, prepare
+    from turnout.sim.composition import expand
 
     try:
         raw = read_yaml(args.config)

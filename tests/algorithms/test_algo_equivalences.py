@@ -67,7 +67,7 @@ def test_fedprox_mu0_is_fedavg_and_mu_pulls_toward_start(fedavg_full, simulate):
     # one round: the averaged step shrinks as μ grows (each local model stays nearer its start)
     x0 = simulate(with_algo({"name": "fedavg"}, rounds=1))[0]
     x0_params = x0.params
-    from turnout.engine import build_model
+    from turnout.sim.engine import build_model
     start = build_model(x0.exp, x0.data, 0).flat_params()
     steps = {}
     for mu in (0.0, 1.0, 10.0):
@@ -79,10 +79,10 @@ def test_fedprox_mu0_is_fedavg_and_mu_pulls_toward_start(fedavg_full, simulate):
 
 
 def test_fedprox_objective_pulls_each_local_model_toward_its_start(build_simulation):
-    from turnout import rng
     from turnout.algorithms.base import AlgorithmContext
     from turnout.algorithms.fedprox import FedProx, FedProxConfig
-    from turnout.engine import build_model
+    from turnout.core import rng
+    from turnout.sim.engine import build_model
     from turnout.training.local_sgd import LocalTrainer
 
     sim = build_simulation(with_algo({"name": "fedavg"}))

@@ -13,7 +13,7 @@ import turnout.algorithms.fedvarp  # noqa: F401
 import turnout.algorithms.mifa  # noqa: F401
 import turnout.algorithms.scaffold  # noqa: F401
 import turnout.algorithms.server_optim  # noqa: F401
-from turnout.engine import build_model
+from turnout.sim.engine import build_model
 from turnout.training.local_sgd import evaluate
 
 N = 30

@@ -11,8 +11,8 @@ import torch
 
 import turnout.algorithms.fedsum  # noqa: F401  (registers components)
 import turnout.algorithms.scaffold  # noqa: F401
-from turnout import rng
 from turnout.algorithms.fedsum import XTILDE_SLOT, Y_SLOT
+from turnout.core import rng
 from turnout.training.local_sgd import batch_indices, evaluate, evaluate_many
 
 N = 10

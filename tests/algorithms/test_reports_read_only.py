@@ -8,7 +8,7 @@ wrote into ``reports.updates`` would change what the selector observes.
 import pytest
 import torch
 
-from turnout.composition import registries
+from turnout.sim.catalogue import registries
 
 
 @pytest.mark.parametrize("algorithm", registries()["algorithm"].names())

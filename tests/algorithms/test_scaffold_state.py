@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import turnout.algorithms.scaffold  # noqa: F401  (registers components)
-from turnout import rng
-from turnout.composition import expand
-from turnout.engine import Simulation, build_model
-from turnout.experiment import prepare
+from turnout.core import rng
+from turnout.runs.experiment import prepare
+from turnout.sim.composition import expand
+from turnout.sim.engine import Simulation, build_model
 from turnout.training.local_sgd import LocalTrainer
 
 N = 12

@@ -193,7 +193,7 @@ def test_default_has_no_optimiser_and_a_second_step_size_is_refused():
 
 
 def test_yogi_with_stale_models_runs_through_the_engine_and_checkpoints(run_deadline, build_simulation):
-    from turnout.state import decode_state, encode_state
+    from turnout.core.state import decode_state, encode_state
 
     algo = {"name": "stale_aware", "rule": "refl", "combine": "models", "server_optimizer": YOGI}
     sim, res = run_deadline(algo)

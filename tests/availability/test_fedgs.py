@@ -10,7 +10,7 @@ from scipy import stats
 
 from turnout.availability import AVAILABILITY
 from turnout.config.components import validate_component
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 from turnout.world.context import WorldContext
 
 

@@ -10,8 +10,8 @@ import pytest
 from turnout.availability import AVAILABILITY
 from turnout.availability.fedsum import label_mix_probabilities
 from turnout.config.components import validate_component
-from turnout.errors import ConfigError
-from turnout.rng import stream
+from turnout.core.errors import ConfigError
+from turnout.core.rng import stream
 from turnout.world.context import WorldContext
 
 

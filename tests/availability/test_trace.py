@@ -8,7 +8,7 @@ import pytest
 from turnout.availability import AVAILABILITY
 from turnout.availability.trace import TraceAvailability, client_mapping
 from turnout.config.components import validate_component
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 from turnout.traces import AvailabilityTrace, generate_trace, save_trace
 from turnout.world.context import WorldContext
 

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from turnout.composition import expand
 from turnout.compressors.base import sparse_bytes
 from turnout.compressors.gluefl import GlueFLMaskShifting
 from turnout.compressors.sparse import Layout, bitmap_bytes, index_bytes
-from turnout.errors import ConfigError
-from turnout.records import Cohort
-from turnout.registry import describe
+from turnout.core.errors import ConfigError
+from turnout.core.records import Cohort
+from turnout.core.registry import describe
+from turnout.sim.composition import expand
 
 D = 610
 LAYOUT = [600, 10]
@@ -217,7 +217,7 @@ def test_ablations_run_through_the_engine(opts, simulate):
 def test_experiment_config_validates():
     from pathlib import Path
 
-    from turnout.composition import load_experiment
+    from turnout.sim.composition import load_experiment
 
     path = Path(__file__).resolve().parents[2] / "experiments" / "gluefl_bytes.yaml"
     exps = load_experiment(path)
@@ -245,8 +245,8 @@ def test_incompatible_compressor_is_refused_at_validation(algorithm, compressor,
 
 @pytest.mark.parametrize("key,value", [("momentum", 0.9), ("weight_decay", 1e-4), ("grad_clip", 5.0)])
 def test_gradient_recovering_rules_refuse_non_plain_sgd(key, value):
-    from turnout.composition import expand
-    from turnout.errors import ConfigError
+    from turnout.core.errors import ConfigError
+    from turnout.sim.composition import expand
 
     for algo in ("scaffold", "fedsum", "fedsum_cr"):
         raw = {"rounds": 1, "data": {"name": "synthetic"}, "model": {"name": "logreg"}, "algorithm": {"name": algo},

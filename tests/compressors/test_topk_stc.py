@@ -9,7 +9,7 @@ from turnout.compressors.gluefl import GlueFLMaskShifting
 from turnout.compressors.sparse import Layout, bitmap_bytes, code_download_bytes, code_upload_bytes, topk_select
 from turnout.compressors.stc import STC
 from turnout.compressors.topk import TopK
-from turnout.records import Cohort
+from turnout.core.records import Cohort
 from turnout.selectors.base import Selector
 
 D = 610

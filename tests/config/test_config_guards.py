@@ -10,14 +10,15 @@ import pytest
 from annotated_types import Le, Lt
 from pydantic import BaseModel
 
-from turnout.composition import expand, registries
 from turnout.config import limits
 from turnout.config.base import _numeric_without_bool
 from turnout.config.safe_yaml import load
 from turnout.config.schema import EvalConfig, ExperimentConfig, OutputConfig, RuntimeConfig
+from turnout.config.train import LRSchedule, TrainConfig
+from turnout.core.errors import ConfigError
 from turnout.data.registry import PARTITIONERS
-from turnout.errors import ConfigError
-from turnout.training.config import LRSchedule, TrainConfig
+from turnout.sim.catalogue import registries
+from turnout.sim.composition import expand
 
 BASE = {"name": "guards", "rounds": 2, "data": {"name": "synthetic", "num_clients": 6}, "model": {"name": "logreg"},
         "train": {"batch_size": 10, "local_steps": 2, "lr": 0.05},
@@ -180,7 +181,7 @@ def test_seeds_outside_32_bits_are_refused_not_aliased(seeds, needle):
 
 
 def test_the_largest_seed_is_accepted_and_distinct_from_zero():
-    from turnout import rng
+    from turnout.core import rng
 
     assert expand({**BASE, "seeds": [0, limits.MAX_SEED]})[0].config.seeds == [0, 2**32 - 1]
     assert rng.stream(2**32 - 1, "x").random() != rng.stream(0, "x").random()
@@ -227,7 +228,7 @@ def test_variant_names_with_control_characters_are_refused():
 
 
 def test_turnout_list_shows_each_options_range(capsys):
-    from turnout.cli import main
+    from turnout.app.cli import main
 
     assert main(["list", "selector.uniform"]) == 0
     assert "clients_per_round = 10 in [1, 10,000,000]: K: reports wanted per round" in capsys.readouterr().out

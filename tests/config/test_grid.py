@@ -2,8 +2,8 @@
 
 import pytest
 
-from turnout.composition import expand
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
+from turnout.sim.composition import expand
 
 BASE = {"name": "g", "rounds": 2, "data": {"name": "synthetic", "num_clients": 10}, "model": {"name": "logreg"},
         "selector": {"name": "uniform", "clients_per_round": 2}}
@@ -26,7 +26,7 @@ def test_grid_crosses_every_explicit_variant_and_swaps_components():
 
 
 def test_command_line_set_does_not_override_a_grid_key_but_reaches_the_rest():
-    from turnout.errors import ConfigWarning
+    from turnout.core.errors import ConfigWarning
 
     with pytest.warns(ConfigWarning, match="--set train.lr reaches no variant"):
         exps = expand({**BASE, "grid": {"train.lr": [0.05, 0.1]}}, {"train.lr": 0.3, "rounds": 7})

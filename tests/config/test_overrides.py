@@ -7,9 +7,9 @@ import copy
 
 import pytest
 
-from turnout.composition import expand
 from turnout.config.loader import parse_override, read_yaml
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
+from turnout.sim.composition import expand
 
 BASE = {"rounds": 2, "data": {"name": "synthetic", "num_clients": 6},
         "selector": {"name": "uniform", "clients_per_round": 3}}

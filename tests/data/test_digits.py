@@ -8,9 +8,9 @@ from sklearn.datasets import load_digits
 
 import turnout.data.partition  # noqa: F401  (registers the partitioners split_pool uses)
 from turnout.config.components import validate_component
+from turnout.core.errors import ConfigError
 from turnout.data.digits import DigitsDataset
 from turnout.data.registry import DATASETS
-from turnout.errors import ConfigError
 
 
 def build(seed: int = 0, **opts):

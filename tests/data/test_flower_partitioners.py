@@ -8,9 +8,9 @@ import pytest
 datasets = pytest.importorskip("datasets")
 fp = pytest.importorskip("flwr_datasets.partitioner")
 
-from turnout.composition import expand  # noqa: E402
-from turnout.errors import ConfigError  # noqa: E402
-from turnout.experiment import prepare  # noqa: E402
+from turnout.core.errors import ConfigError  # noqa: E402
+from turnout.runs.experiment import prepare  # noqa: E402
+from turnout.sim.composition import expand  # noqa: E402
 
 N = 900
 

@@ -12,13 +12,13 @@ import yaml
 
 datasets = pytest.importorskip("datasets")
 
-from turnout.cli import main  # noqa: E402
-from turnout.composition import expand, load_experiment  # noqa: E402
+from turnout.app.cli import main  # noqa: E402
 from turnout.config.components import validate_component  # noqa: E402
+from turnout.core.errors import ConfigError  # noqa: E402
 from turnout.data.registry import DATASETS  # noqa: E402
 from turnout.data.shakespeare import LEAF_VOCAB  # noqa: E402
-from turnout.errors import ConfigError  # noqa: E402
-from turnout.experiment import prepare  # noqa: E402
+from turnout.runs.experiment import prepare  # noqa: E402
+from turnout.sim.composition import expand, load_experiment  # noqa: E402
 
 #: 12 writers holding 5, 6, ..., 16 samples: 126 rows.
 WRITERS = np.repeat([f"f{i:04d}" for i in range(12)], np.arange(5, 17))

@@ -10,9 +10,9 @@ import pytest
 
 import turnout.data.partition  # noqa: F401  (registers the partitioners split_pool uses)
 from turnout.config.components import validate_component
+from turnout.core.errors import ConfigError, DataError
 from turnout.data.idx import FASHION_MNIST_HINT, IDX_DTYPES, MNIST_HINT, FashionMnistDataset, MnistDataset, read_idx
 from turnout.data.registry import DATASETS
-from turnout.errors import ConfigError, DataError
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 CODE_OF = {np.dtype(v).newbyteorder("="): k for k, v in IDX_DTYPES.items()}

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from turnout.config.components import validate_component
+from turnout.core.errors import ConfigError, DataError
 from turnout.data import leaf
 from turnout.data.registry import DATASETS
-from turnout.errors import ConfigError, DataError
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "leaf" / "synthetic_0.5_0.5_small.json"
 L = leaf.LeafJsonDataset

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from turnout.config.components import validate_component
+from turnout.core.errors import ConfigError
 from turnout.data import partition  # noqa: F401  (registers the partitioners)
 from turnout.data.registry import PARTITIONERS
-from turnout.errors import ConfigError
 
 NAMES = ["iid", "dirichlet", "shards", "lognormal", "zipf"]
 LABELS = np.random.default_rng(123).integers(0, 10, 6000)

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from turnout.config.components import validate_component
+from turnout.core.errors import ConfigError, DataError
 from turnout.data.registry import DATASETS
 from turnout.data.shakespeare import LEAF_VOCAB, OOV_ID, ShakespeareDataset, decode, encode, parse_play
-from turnout.errors import ConfigError, DataError
 
 FAKE_PLAY = """\
 # Fake Play

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from turnout.config.components import validate_component
+from turnout.core.errors import ConfigError
 from turnout.data import synthetic
 from turnout.data.registry import DATASETS
-from turnout.errors import ConfigError
 
 S = synthetic.SyntheticDataset
 FEDGS_SIZES = [774, 51, 159, 55, 80, 57, 117, 338, 53, 167, 97, 51, 59, 591, 55, 1088, 245, 83, 2143, 132,

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from turnout.config.components import validate_component
+from turnout.core.errors import ConfigError, DataError
 from turnout.devices import DEVICES
 from turnout.devices.fedscale import CapacityTable, FedScaleCapacity, read_capacity_csv, write_capacity_csv
 from turnout.devices.flash import benchmark_scores, speed_distributions
-from turnout.errors import ConfigError, DataError
 from turnout.world.population import DeviceProfiles
 
 

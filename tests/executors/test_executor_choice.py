@@ -5,12 +5,13 @@ import json
 
 import pytest
 
-from turnout.cli import main
-from turnout.composition import expand, registries
-from turnout.errors import ConfigError
+from turnout.app.cli import main
+from turnout.core.errors import ConfigError
 from turnout.executors.auto import SMALL_DENSE_PARAMS, choose
 from turnout.executors.vectorized import VectorizedConfig, VectorizedExecutor
 from turnout.models.flat import FlatModel
+from turnout.sim.catalogue import registries
+from turnout.sim.composition import expand
 
 TINY_IMAGES = {"name": "digits", "num_clients": 8}
 

@@ -22,9 +22,10 @@ import numpy as np
 import pytest
 import torch
 
-from turnout.composition import expand, registries
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 from turnout.executors.parallel import ParallelConfig, ParallelExecutor
+from turnout.sim.catalogue import registries
+from turnout.sim.composition import expand
 
 RTOL, ATOL = 1e-5, 1e-6
 BASE = {"name": "equivalence", "rounds": 3,
@@ -96,6 +97,7 @@ def run_with(build_simulation, raw, executor):
     """Run ``raw`` with an injected executor, without closing it (``Simulation.run`` would)."""
     sim = build_simulation(raw, components={"executor": executor})
     rows = sim.advance()
+    sim.finish()
     return sim.result(rows)
 
 

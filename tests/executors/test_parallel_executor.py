@@ -13,10 +13,10 @@ from torch import nn
 
 from turnout.algorithms.base import AlgorithmContext
 from turnout.algorithms.fedavg import FedAvg
+from turnout.config.train import TrainConfig
+from turnout.core.records import ClientBatch
 from turnout.executors.parallel import ParallelConfig, ParallelExecutor, WorkerError, available_cores
 from turnout.models.flat import FlatModel
-from turnout.records import ClientBatch
-from turnout.training.config import TrainConfig
 from turnout.training.local_sgd import LocalTrainer
 
 RAW = {"name": "parallel", "rounds": 3, "data": {"name": "synthetic", "num_clients": 12, "min_samples": 3},
@@ -58,10 +58,11 @@ def test_configured_pool_starts_on_the_first_round_is_reused_and_released(simula
         # dataset (x, y, offsets) written once; the board (start, offset, end, grad) reused every round
         assert sorted(os.listdir(pool.shared.path)) == files and len(files) == 7
     finally:
-        sim.close()
+        sim.release()
     assert sim.executor.pool is None
     assert not any(p.is_alive() for p in pool.procs)
     assert not os.path.exists(pool.shared.path)
+    sim.finish()
     res = sim.result(rows)
     _, ref = simulate(RAW)
     assert json.dumps(res.rounds) == json.dumps(ref.rounds) and torch.equal(res.final_params, ref.final_params)
@@ -95,7 +96,7 @@ def test_a_killed_worker_is_an_error_not_a_hang(build_simulation):
             sim.advance(until=2)
         assert sim.executor.pool is None  # the broken pool was released
     finally:
-        sim.close()
+        sim.release()
 
 
 def test_a_failing_worker_reports_its_exception():

@@ -21,10 +21,11 @@ from test_executor_equivalence import (
     run_with,
 )
 
-from turnout.composition import expand, registries
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
 from turnout.executors.parallel import WorkerError
 from turnout.executors.ray_actors import RayExecutor, RayExecutorConfig
+from turnout.sim.catalogue import registries
+from turnout.sim.composition import expand
 
 ray = pytest.importorskip("ray")
 
@@ -95,11 +96,14 @@ def test_actors_are_made_once_and_a_lost_actor_is_restarted_without_changing_a_n
         rows += sim.advance()
         assert ex.actors == actors  # the same handles: made once, restarted by Ray, not by us
         again = build_simulation(raw, components={"executor": ex})  # a second simulation, the same actors
-        assert_identical(again.result(again.advance()), reference(simulate, raw)) and ex.actors == actors
+        again_rows = again.advance()
+        again.finish()
+        assert_identical(again.result(again_rows), reference(simulate, raw)) and ex.actors == actors
+        sim.finish()
         assert_identical(sim.result(rows), reference(simulate, raw))
         assert sim.executor.summary() == {"ray_actors": 2}
     finally:
-        sim.close()
+        sim.release()
     assert ex.actors == []
 
 
@@ -114,7 +118,7 @@ def test_an_actor_that_cannot_come_back_is_one_line(build_simulation, local_ray)
             sim.advance()
         assert ex.actors == []  # a failed set of actors is not reused
     finally:
-        sim.close()
+        sim.release()
 
 
 class _Slots:
@@ -153,7 +157,7 @@ def test_options_are_checked_at_validation():
 def test_without_ray_the_executor_is_refused_at_validation_naming_the_extra(tmp_path):
     raw = copy.deepcopy(config(executor="ray"))
     code = ("import sys; sys.modules['ray'] = None\n"
-            "from turnout.composition import expand\nfrom turnout.errors import ConfigError\n"
+            "from turnout.sim.composition import expand\nfrom turnout.core.errors import ConfigError\n"
             f"try:\n    expand({raw!r})\nexcept ConfigError as e:\n    print(e)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == ("executor.name = 'ray': needs ray, which is not installed: "

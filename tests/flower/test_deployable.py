@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from turnout.capabilities import WorldNeed
-from turnout.composition import expand, registries
 from turnout.config.loader import Component, ResolvedExperiment
-from turnout.errors import ConfigError
+from turnout.core.capabilities import WorldNeed
+from turnout.core.errors import ConfigError
 from turnout.flower import check_deployable, require_flower
+from turnout.sim.catalogue import registries
+from turnout.sim.composition import expand
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"rounds": 2, "data": {"name": "digits", "num_clients": 10}, "selector": {"name": "uniform"}}

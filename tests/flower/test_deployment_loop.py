@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from turnout.composition import expand
-from turnout.engine import Simulation
-from turnout.experiment import prepare
 from turnout.flower.run import FlowerRun, ServerData
+from turnout.runs.experiment import prepare
+from turnout.sim.composition import expand
+from turnout.sim.engine import Simulation
 
 VARIANTS = {
     "fedavg": {},

@@ -41,8 +41,8 @@ def example():
 
 def test_example_on_flower_matches_turnout_run(example, tmp_path):
     run, compare = example
-    from turnout.composition import expand
     from turnout.config.loader import read_yaml
+    from turnout.sim.composition import expand
 
     raw = read_yaml(CONFIG)
     variants = expand(raw)
@@ -73,8 +73,8 @@ def test_example_on_flower_matches_turnout_run(example, tmp_path):
 
 def test_measured_clock_on_flower_keeps_a_slow_nodes_reports_for_later(example, tmp_path):
     run, compare = example
-    from turnout.composition import expand
     from turnout.config.loader import read_yaml
+    from turnout.sim.composition import expand
 
     raw = read_yaml(CONFIG)
     overrides = {"rounds": 5, "data.num_clients": 6, "selector.clients_per_round": 6, "algorithm.name": "stale_aware",

@@ -12,14 +12,14 @@ import torch
 
 flwr_app = pytest.importorskip("flwr.app")
 
-from turnout.composition import expand  # noqa: E402
-from turnout.engine import Simulation  # noqa: E402
-from turnout.errors import ConfigError  # noqa: E402
-from turnout.experiment import prepare  # noqa: E402
+from turnout.core.errors import ConfigError  # noqa: E402
 from turnout.flower import client_app  # noqa: E402
 from turnout.flower.clientapp import STATE_ARRAYS, NodeData  # noqa: E402
 from turnout.flower.run import FlowerRun, ServerData  # noqa: E402
 from turnout.flower.transport import FlowerLink  # noqa: E402
+from turnout.runs.experiment import prepare  # noqa: E402
+from turnout.sim.composition import expand  # noqa: E402
+from turnout.sim.engine import Simulation  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

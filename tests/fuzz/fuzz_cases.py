@@ -30,9 +30,9 @@ from annotated_types import Ge, Gt, Le, Lt
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from turnout.composition import BLOCKS, registries
 from turnout.config.limits import MAX_CLIENTS, MAX_ROUNDS
 from turnout.data.registry import PARTITIONERS
+from turnout.sim.catalogue import BLOCKS, registries
 
 # ---------------------------------------------------------------------------------------------
 # experiments
@@ -628,7 +628,7 @@ def _flow(value: Any) -> str:
 def override_args(draw) -> dict:
     """1-4 ``--set`` arguments, and whether the command must be refused."""
     from turnout.config.loader import parse_override
-    from turnout.errors import ConfigError
+    from turnout.core.errors import ConfigError
 
     def key():
         return draw(st.one_of(

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-import turnout.cli as cli
+import turnout.app.cli as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Address space of a case: in a subprocess in all, in-process on top of what pytest maps already.

@@ -14,9 +14,9 @@ import turnout.models.mobile  # noqa: F401
 import turnout.models.resnet  # noqa: F401
 from turnout.config.base import StrictModel
 from turnout.config.components import validate_component
-from turnout.errors import ConfigError
+from turnout.core.errors import ConfigError
+from turnout.core.registry import describe
 from turnout.models.registry import MODELS
-from turnout.registry import describe
 
 SMALL = ["logreg", "mlp", "cnn_fedavg", "cnn_fedsum_mnist", "cnn_fedsum_svhn", "cnn_fedsum_cifar10", "char_lstm"]
 BIG = ["resnet18_gn", "shufflenet_v2", "mobilenet_v2"]

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from turnout.config.base import NoOptions
-from turnout.registry import describe
+from turnout.core.registry import describe
 from turnout.round_modes import ROUND_MODES
 from turnout.round_modes.deadline import Deadline, DeadlineConfig
 from turnout.round_modes.over_commit import OverCommit, OverCommitConfig

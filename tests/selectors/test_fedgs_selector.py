@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from turnout import rng as rngmod
 from turnout.availability.fedgs import LogNormal, MoreDataFirst
 from turnout.config.components import validate_component
-from turnout.errors import ConfigError
+from turnout.core import rng as rngmod
+from turnout.core.errors import ConfigError
 from turnout.selectors import fedgs_graph as fg
 from turnout.selectors import fedgs_solver as fs
 from turnout.selectors.base import SELECTORS, RoundFeedback, SelectionContext
@@ -101,7 +101,7 @@ def test_3dg_matches_a_transcription_of_the_fedgs_code():
     labels = g.dirichlet(np.full(10, 0.4), size=12)  # non-negative: the zero diagonal sets the min
     for feats in (synthetic_optima, labels):
         for eps, sig in ((0.01, 0.1), (0.1, 0.01), (0.3, 1.0)):
-            # cosines come from unit vectors quantised to 2**-26 (exact on every BLAS kernel; turnout.numerics),
+            # cosines come from unit vectors quantised to 2**-26 (exact on every BLAS kernel; turnout.core.numerics),
             # which moves these [0, 1] distances by up to ~3e-7 from the float transcription
             np.testing.assert_allclose(fg.distances_from_features(feats, epsilon=eps, sigma=sig),
                                        reference_3dg(feats, eps, sig), rtol=0, atol=1e-6)
@@ -452,7 +452,7 @@ def test_engine_runs_fedgs_on_synthetic_with_ln_availability(build_simulation):
 
 def test_engine_functional_graph_and_solver_columns(tmp_path):
     """With the engine's model hooks FedGS's functional graph runs, and solver stats reach rounds.csv."""
-    from turnout.cli import main
+    from turnout.app.cli import main
 
     cfg = tmp_path / "fg.yaml"
     cfg.write_text("""

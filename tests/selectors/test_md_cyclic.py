@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from turnout import rng as rngmod
+from turnout.core import rng as rngmod
 from turnout.selectors.base import SELECTORS, SelectionContext
 from turnout.selectors.cyclic import CyclicSelector, ReshuffledCyclicSelector
 from turnout.selectors.md import MDSelector
@@ -169,7 +169,7 @@ def test_cyclic_availability_and_overcommitment(cls):
 
 
 def test_registry_descriptions():
-    from turnout.registry import describe
+    from turnout.core.registry import describe
     for name in ("md", "cyclic", "reshuffled_cyclic"):
         assert describe(SELECTORS.get(name))
 

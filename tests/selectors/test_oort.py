@@ -8,7 +8,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from turnout import rng as rngmod
+from turnout.core import rng as rngmod
 from turnout.selectors.base import RoundFeedback, SelectionContext
 from turnout.selectors.oort import OortSelector, weighted_sample
 from turnout.selectors.uniform import UniformSelector

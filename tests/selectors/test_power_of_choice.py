@@ -9,7 +9,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from turnout import rng as rngmod
+from turnout.core import rng as rngmod
 from turnout.selectors.base import RoundFeedback, SelectionContext
 from turnout.selectors.power_of_choice import PowerOfChoiceSelector, top_by_loss, weighted_sample_without_replacement
 from turnout.world.context import WorldContext

@@ -5,11 +5,11 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from turnout import rng as rngmod
 from turnout.availability.base import Availability
 from turnout.availability.fedsum import BiasedByIndex
 from turnout.availability.trace import trace_window_fraction
-from turnout.records import RoundFeedback, SelectionContext
+from turnout.core import rng as rngmod
+from turnout.core.records import RoundFeedback, SelectionContext
 from turnout.selectors.availability_predictor import HistoryPredictor, OraclePredictor
 from turnout.selectors.refl import REFLSelector
 from turnout.selectors.uniform import UniformSelector

@@ -8,8 +8,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from turnout import rng as rngmod
-from turnout.errors import ConfigError
+from turnout.core import rng as rngmod
+from turnout.core.errors import ConfigError
 from turnout.selectors.base import RoundFeedback, SelectionContext
 from turnout.selectors.sticky import StickySelector, resample_probability
 from turnout.selectors.uniform import UniformSelector

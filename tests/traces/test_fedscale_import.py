@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import yaml
 
-from turnout.cli import main
+from turnout.app.cli import main
+from turnout.core.errors import DataError
 from turnout.devices.fedscale import read_capacity_csv
-from turnout.errors import DataError
 from turnout.traces import load_trace
 from turnout.traces.fedscale import (
     behavior_from_dict,

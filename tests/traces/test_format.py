@@ -8,7 +8,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from turnout.errors import DataError
+from turnout.core.errors import DataError
 from turnout.traces import AvailabilityTrace, load_trace, save_trace
 from turnout.traces.format import TraceError, TraceFileError
 

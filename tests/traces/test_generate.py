@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from turnout.errors import DataError
+from turnout.core.errors import DataError
 from turnout.traces import GeneratorConfig, generate_trace, load_calibration
 from turnout.traces.generate import DAY_S, STUNNER_ONLINE, daily_online_fraction
 

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import yaml
 
-from turnout.errors import DataError
+from turnout.core.errors import DataError
 from turnout.traces import AvailabilityTrace, fedscale, load_trace, save_trace
 from turnout.traces import format as fmt
 from turnout.traces.fedscale import behavior_from_dict, capacity_from_dict, safe_unpickle

@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch import nn
 
+from turnout.config.train import LRSchedule, TrainConfig
 from turnout.models.flat import FlatModel
-from turnout.training.config import LRSchedule, TrainConfig
 from turnout.training.local_sgd import LocalObjective, LocalTrainer, batch_indices, evaluate, evaluate_many
 
 

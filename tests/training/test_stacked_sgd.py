@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from turnout.config.train import TrainConfig
 from turnout.models.flat import FlatModel
-from turnout.training.config import TrainConfig
 from turnout.training.local_sgd import LocalObjective, LocalTrainer, batch_indices
 from turnout.training.stacked_sgd import StackedObjective, StackedTrainer, padded_rows
 

@@ -6,7 +6,7 @@ import torch
 from turnout.algorithms.base import Algorithm
 from turnout.compressors.base import sparse_bytes
 from turnout.compressors.none import NoCompression
-from turnout.records import Cohort
+from turnout.core.records import Cohort
 from turnout.selectors.base import Selector
 
 RAW = {"name": "bytes", "rounds": 6, "data": {"name": "synthetic", "num_clients": 8}, "model": {"name": "logreg"},

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from turnout.records import Cohort
+from turnout.core.records import Cohort
 from turnout.selectors.base import Selector
 from turnout.training.local_sgd import evaluate
 

@@ -51,9 +51,9 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from .. import rng as rngmod
-from ..capabilities import WorldNeed
 from ..config.limits import MAX_ROUNDS
+from ..core import rng as rngmod
+from ..core.capabilities import UploadKind, WorldNeed
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import ServerLRConfig
 from .ou_estimator import OUEstimator
@@ -106,7 +106,7 @@ class AdaptiveOU(Algorithm):
     needs_training = "decides from each update's norm whether to send it or a NACK"
 
     Config = AdaptiveOUConfig
-    update_kind = "nack_or_delta"  # a NACK is (norm, 0, …, 0): a compressor would corrupt it
+    update_kind = UploadKind.NACK_OR_DELTA  # a NACK is (norm, 0, …, 0): a compressor would corrupt it
 
     state_attrs = ("threshold", "ou", "predicted", "prev_params", "full_uploads", "nacks")
     scratch_attrs = ("round", "last_metrics")

@@ -16,11 +16,11 @@ import numpy as np
 import torch
 from pydantic import BaseModel
 
-from ..capabilities import Deployable
-from ..records import Reports
-from ..registry import Registry
-from ..state import Stateful
-from ..training.config import TrainConfig
+from ..config.train import TrainConfig
+from ..core.capabilities import Deployable, UploadKind
+from ..core.records import Reports
+from ..core.registry import Registry
+from ..core.state import Stateful
 from ..training.local_sgd import LocalObjective
 from ..world.state_store import ClientStateStore
 
@@ -71,11 +71,9 @@ class Algorithm(Stateful, Deployable, ABC):
     #: and how many rounds late they may be; others are dropped on arrival and counted as waste.
     uses_stale_updates: bool = False
     max_staleness: int = 0
-    #: what a client's upload is, so config validation can refuse a compressor that would break it
-    #: (a compressor lists the kinds it ``accepts``): ``model_delta`` (new − old model),
-    #: ``gradient_difference`` (FedSUM's Δy_i), ``control_variate`` (SCAFFOLD single-uplink δ_i),
-    #: ``nack_or_delta`` (Adaptive-OU's NACK encoding).
-    update_kind: str = "model_delta"
+    #: what a client's upload is (:class:`~turnout.core.capabilities.UploadKind`), so config validation can
+    #: refuse a compressor that would break it (a compressor lists the kinds it ``accepts``).
+    update_kind: UploadKind = UploadKind.MODEL_DELTA
     #: rules that recover gradients from the SGD end point need plain local SGD; validation enforces it.
     requires_plain_sgd: bool = False
     #: why the rule's wire traffic depends on update values (Adaptive-OU's NACKs); empty: it runs in the
@@ -87,9 +85,9 @@ class Algorithm(Stateful, Deployable, ABC):
         self.ctx = ctx
 
     @classmethod
-    def upload_kind(cls, cfg: BaseModel) -> str:
+    def upload_kind(cls, cfg: BaseModel) -> UploadKind:
         """What this rule uploads under options ``cfg`` (SCAFFOLD's form changes it)."""
-        return cls.update_kind
+        return UploadKind(cls.update_kind)
 
     # ---- client rule (over tensors) -------------------------------------------------------
     def begin_round(self, round: int, clients: np.ndarray, steps: np.ndarray, lr: float) -> None:

@@ -57,6 +57,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
+from ..core.capabilities import UploadKind
 from ..training.local_sgd import LocalObjective
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import ServerLRConfig
@@ -85,7 +86,7 @@ class _SUM(Algorithm):
     Config = FedSUMBConfig
     downlink_vectors = 1
     uplink_vectors = 1
-    update_kind = "gradient_difference"  # Δ_i = y_i^{t+1} − y_i^t
+    update_kind = UploadKind.GRADIENT_DIFFERENCE  # Δ_i = y_i^{t+1} − y_i^t
     requires_plain_sgd = True  # gradients are recovered from the plain-SGD end point (or the trainer's sum)
     state_attrs = ("y", "gammas", "k_mean")
     scratch_attrs = ("round", "lr", "steps", "cohort")  # this round's, set by begin_round
@@ -127,11 +128,11 @@ class _SUM(Algorithm):
         step = len(reports) > 0 or self.cfg.step_when_empty
         gamma = self.gamma() if step else 0.0
         self.gammas.append(gamma)
-        self._after_round(round, global_params)
+        self.after_step(round, global_params)
         return global_params - gamma * self.y if step else global_params.clone()
 
-    def _after_round(self, round: int, global_params: torch.Tensor) -> None:
-        """Variant-specific bookkeeping once the round's step is known."""
+    def after_step(self, round: int, global_params: torch.Tensor) -> None:
+        """Variant-specific bookkeeping once the round's step is known (a hook of this family: FedSUM-CR)."""
 
     def client_states(self, clients: np.ndarray) -> torch.Tensor:
         """``y_i`` for ``clients`` (zeros for clients never merged)."""
@@ -236,7 +237,7 @@ receives."""
             self.x0 = global_params.detach().clone()  # x^{−1} := x^0 for clients never selected
         return super().aggregate(round, global_params, reports)
 
-    def _after_round(self, round: int, global_params: torch.Tensor) -> None:
+    def after_step(self, round: int, global_params: torch.Tensor) -> None:
         if len(self.cohort):  # every launched client received x^t
             self.store.put(XTILDE_SLOT, self.cohort, global_params.detach().expand(len(self.cohort), -1))
             self.last_selected[self.cohort] = round

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from ..state import Stateful
+from ..core.state import Stateful
 
 
 class OUEstimator(Stateful):

@@ -68,7 +68,6 @@ client models."""
 
     def __init__(self, cfg: SAFAConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
-        self.max_staleness = int(cfg.max_staleness)
         n = ctx.num_clients
         self.p = ctx.client_shares(uniform=cfg.cache_weighting == "uniform")
         self.store = ctx.state_store()
@@ -77,6 +76,10 @@ client models."""
         self.cache_sum: torch.Tensor | None = None  # Σ_k p_k m_k (float64)
         self.history: dict[int, torch.Tensor] = {}
         self.last_deprecated = 0
+
+    @property
+    def max_staleness(self) -> int:  # the lag tolerance option; the class flag stays as declared
+        return int(self.cfg.max_staleness)
 
     def cache_rows(self, clients: np.ndarray) -> torch.Tensor:
         """Cached models of ``clients`` (``x^0`` for clients without a row), float64."""

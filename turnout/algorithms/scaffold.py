@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
+from ..core.capabilities import UploadKind
 from ..training.local_sgd import LocalObjective
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import ServerLRConfig
@@ -62,15 +63,18 @@ class Scaffold(Algorithm):
     requires_plain_sgd = True  # option II inverts x_K = x_0 − η Σ (g + c − c_i)
 
     @classmethod
-    def upload_kind(cls, cfg: ScaffoldConfig) -> str:
-        return "model_delta" if cfg.form == "original" else "control_variate"
+    def upload_kind(cls, cfg: ScaffoldConfig) -> UploadKind:
+        return UploadKind.MODEL_DELTA if cfg.form == "original" else UploadKind.CONTROL_VARIATE
+
+    @property
+    def uplink_vectors(self) -> int:  # the original form sends Δy and Δc; the class flag stays as declared
+        return 2 if self.cfg.form == "original" else 1
 
     state_attrs = ("c",)
     scratch_attrs = ("_steps", "_lr")  # this round's K_i and η, set by begin_round
 
     def __init__(self, cfg: ScaffoldConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
-        self.uplink_vectors = 2 if cfg.form == "original" else 1
         self.store = ctx.state_store()
         self.num_clients = int(ctx.num_clients)
         self.c = torch.zeros(int(ctx.dim), dtype=torch.float64)  # server control variate (accumulated in f64)

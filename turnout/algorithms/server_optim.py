@@ -30,7 +30,7 @@ import torch
 from pydantic import Field
 
 from ..config.limits import MAX_SCALE, MAX_SERVER_LR
-from ..state import Stateful
+from ..core.state import Stateful
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import ServerLRConfig
 

@@ -53,7 +53,7 @@ import torch
 from pydantic import Field, model_validator
 
 from ..config.limits import MAX_ROUNDS, MAX_SCALE
-from ..state import Stateful
+from ..core.state import Stateful
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import ServerLRConfig
 from .server_optim import AdaptiveServerConfig, AdaptiveStep
@@ -161,14 +161,20 @@ class StaleAware(Algorithm):
 
     def __init__(self, cfg: StaleAwareConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
-        self.uses_stale_updates = bool(cfg.use_stale)
-        self.max_staleness = UNBOUNDED if cfg.max_staleness is None else int(cfg.max_staleness)
         self.pending = _Pending(ctx.dim)
         self.history: dict[int, torch.Tensor] = {}  # origin round → model (combine: models)
         opt = cfg.server_optimizer
         self.opt = AdaptiveStep(opt, opt.name) if opt.name != "none" else None
         self.last_stale_factor_mean = math.nan
         self.last_deviation = np.zeros(0)
+
+    @property
+    def uses_stale_updates(self) -> bool:  # the option decides; the class flag stays as declared
+        return bool(self.cfg.use_stale)
+
+    @property
+    def max_staleness(self) -> int:
+        return UNBOUNDED if self.cfg.max_staleness is None else int(self.cfg.max_staleness)
 
     # ------------------------------------------------------------------------------------------
     def _with_pending(self, round: int, reports: Reports) -> tuple[Reports, np.ndarray]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..state import Stateful
+from ..core.state import Stateful
 from ..world.state_store import ClientStateStore
 
 

@@ -13,8 +13,8 @@ from abc import ABC, abstractmethod
 import numpy as np
 from pydantic import BaseModel
 
-from ..registry import Registry
-from ..state import Stateful
+from ..core.registry import Registry
+from ..core.state import Stateful
 from ..world.context import WorldContext
 
 AVAILABILITY: Registry = Registry("availability", "which clients can be reached at round t (and until when)")

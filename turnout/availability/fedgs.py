@@ -28,8 +28,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from .. import rng as rngmod
 from ..config.base import StrictModel
+from ..core import rng as rngmod
 from ..world.context import WorldContext
 from .always import AlwaysAvailable
 from .base import AVAILABILITY, Availability

@@ -30,11 +30,11 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
-from .. import numerics
-from .. import rng as rngmod
 from ..config.base import StrictModel
 from ..config.limits import MAX_CLIENTS, MAX_ROUNDS
-from ..errors import ConfigError
+from ..core import numerics
+from ..core import rng as rngmod
+from ..core.errors import ConfigError
 from ..world.context import WorldContext
 from .base import AVAILABILITY, Availability
 from .fedgs import BernoulliAvailability

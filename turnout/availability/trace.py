@@ -43,10 +43,10 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from .. import rng as rngmod
 from ..config.base import StrictModel
 from ..config.limits import MAX_SECONDS, MAX_TRACES
-from ..errors import ConfigError, DataError
+from ..core import rng as rngmod
+from ..core.errors import ConfigError, DataError
 from ..traces.format import AvailabilityTrace, TraceFileError, load_trace
 from ..traces.generate import GeneratorConfig, generate_trace
 from ..world.context import WorldContext

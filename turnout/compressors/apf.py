@@ -11,6 +11,7 @@ from pydantic import Field
 
 from ..config.base import StrictModel
 from ..config.limits import MAX_ROUNDS, MAX_SCALE
+from ..core.capabilities import UploadKind
 from .base import COMPRESSORS, VALUE_BYTES, Compressor, sparse_bytes
 from .sparse import ACCOUNTING_HELP, code_download_bytes, index_bytes
 
@@ -43,7 +44,7 @@ class APF(Compressor):
         ema: float = Field(0.99, ge=0.0, lt=1.0, description="α of the moving averages E and A")
         accounting: Literal["exact", "gluefl_code"] = Field("exact", description=ACCOUNTING_HELP)
 
-    accepts = frozenset({"model_delta"})
+    accepts = frozenset({UploadKind.MODEL_DELTA})
     state_attrs = ("active", "ema_g", "ema_abs", "freeze_len", "unfreeze_at")
 
     def __init__(self, cfg: Config, dim: int, seed: int, store=None, layout=None):

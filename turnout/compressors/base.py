@@ -14,10 +14,10 @@ import numpy as np
 import torch
 from pydantic import BaseModel
 
-from ..capabilities import Deployable
-from ..records import Cohort
-from ..registry import Registry
-from ..state import Stateful
+from ..core.capabilities import Deployable, UploadKind, upload_kinds
+from ..core.records import Cohort
+from ..core.registry import Registry
+from ..core.state import Stateful
 from ..world.state_store import ClientStateStore
 
 COMPRESSORS: Registry = Registry("compressor", "what goes on the wire up and down, with error feedback")
@@ -44,13 +44,20 @@ class Compressor(Stateful, Deployable, ABC):
     Config: type[BaseModel]
     #: the upload kinds (``Algorithm.update_kind``) this compressor may encode; ``None`` = any.
     #: Config validation refuses other pairs instead of silently breaking an algorithm's invariants.
-    accepts: frozenset[str] | None = None
+    #: Plain names are accepted and read as :class:`~turnout.core.capabilities.UploadKind` once, per class.
+    accepts: frozenset[UploadKind] | None = None
     #: uploads reach the server exactly as the client computed them, so there is no encoding to run on a
     #: device (a deployment may then derive an upload on the server, see :mod:`turnout.flower`)
     passes_uploads_through: bool = False
     #: why the compressor needs real update values (top-k picks the largest coordinates); empty: its
     #: upload price depends on the model size only, so it runs in the system-only mode (``--no-train``)
     needs_training: str = ""
+
+    def __init_subclass__(cls, **kwargs):
+        """A subclass's ``accepts``, as upload kinds: plain names become :class:`UploadKind` (an unknown one is
+        an error when the class is defined, not a refusal at validation)."""
+        super().__init_subclass__(**kwargs)
+        cls.accepts = upload_kinds(cls.accepts)
 
     def __init__(self, cfg: BaseModel, dim: int, seed: int, store: ClientStateStore | None = None,
                  layout: list[int] | None = None):

@@ -8,8 +8,9 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from .. import rng as rngmod
 from ..config.base import StrictModel
+from ..core import rng as rngmod
+from ..core.capabilities import UploadKind
 from .base import COMPRESSORS, Compressor
 from .sparse import Layout, index_bytes
 
@@ -71,7 +72,8 @@ class Quantize(Compressor):
                                                   "at bits per value")
 
     # any numeric upload but Adaptive-OU's NACK encoding (it has its own 8-bit option)
-    accepts = frozenset({"model_delta", "gradient_difference", "control_variate"})
+    accepts = frozenset({UploadKind.MODEL_DELTA, UploadKind.GRADIENT_DIFFERENCE,
+                         UploadKind.CONTROL_VARIATE})
 
     def __init__(self, cfg: Config, dim: int, seed: int, store=None, layout: Sequence[int] | None = None):
         super().__init__(cfg, dim, seed, store)

@@ -30,7 +30,8 @@ from typing import Literal, Sequence
 import numpy as np
 import torch
 
-from ..records import Cohort
+from ..core.capabilities import UploadKind
+from ..core.records import Cohort
 from .base import INDEX_BYTES, VALUE_BYTES, Compressor, sparse_bytes
 
 Accounting = Literal["exact", "gluefl_code"]
@@ -204,7 +205,7 @@ class SparsifierBase(Compressor):
 
     needs_training = "sends the largest coordinates of each update"
 
-    accepts = frozenset({"model_delta"})
+    accepts = frozenset({UploadKind.MODEL_DELTA})
     residual_name = "residual"
     state_attrs = ("shared_mask", "mask_in_use", "server_residual")
     #: this round's cohort (set by begin_round) and the last upload support (for tests and metrics)

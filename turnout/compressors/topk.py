@@ -7,6 +7,7 @@ from typing import Literal, Sequence
 from pydantic import Field
 
 from ..config.base import StrictModel
+from ..core.capabilities import UploadKind
 from .base import COMPRESSORS
 from .sparse import ACCOUNTING_HELP, SCOPE_HELP, SparsifierBase
 
@@ -38,7 +39,7 @@ class TopK(SparsifierBase):
 
     residual_name = "topk/residual"
     #: model deltas and FedSUM-style gradient differences are additive vectors top-k applies to
-    accepts = frozenset({"model_delta", "gradient_difference"})
+    accepts = frozenset({UploadKind.MODEL_DELTA, UploadKind.GRADIENT_DIFFERENCE})
 
     def __init__(self, cfg: Config, dim: int, seed: int, store=None, layout: Sequence[int] | None = None):
         super().__init__(cfg, dim, seed, store, layout)

@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..errors import ConfigError
-from ..registry import Registry
+from ..core.errors import ConfigError
+from ..core.registry import Registry
 from .display import one_line
 
 

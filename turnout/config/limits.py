@@ -4,7 +4,7 @@ Far above any real experiment, low enough that an absurd value (``local_steps: 1
 ``dim: 1e8``, ``server_lr: 1e308``) is refused at validation with one line instead of
 overflowing an integer, asking numpy for petabytes, or diverging in round 1. Whether a
 config that passes these bounds fits in memory is checked separately, before any work, by
-:func:`turnout.preflight.check_resources`.
+:func:`turnout.runs.preflight.check_resources`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Validation resolves every seam's block against its registry and expands the variants, so a typo
 in the fifth variant fails at start-up with one line, not an hour into the run. This module is
 generic: which seams exist, their registries and the rules that refuse a combination come in as a
-:class:`Catalogue` (:data:`turnout.composition.CATALOGUE`), so ``turnout.config`` imports no
+:class:`Catalogue` (:data:`turnout.sim.composition.CATALOGUE`), so ``turnout.config`` imports no
 component package.
 """
 
@@ -22,14 +22,13 @@ from typing import Any, Mapping, Protocol
 
 from pydantic import BaseModel
 
-from .. import plugins
-from ..errors import ConfigError, ConfigWarning
-from ..registry import Registry
-from ..training.config import TrainConfig
-from . import safe_yaml
+from ..core.errors import ConfigError, ConfigWarning
+from ..core.registry import Registry
+from . import plugin_specs, safe_yaml
 from .components import validate_component, validate_model
 from .display import one_line
 from .schema import ExperimentConfig, VariantConfig
+from .train import TrainConfig
 
 
 class Catalogue(Protocol):
@@ -120,7 +119,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError("config", str(path), "must be a YAML mapping of keys (data, model, selector, ...)")
     if "plugins" in data:  # plugin files are named relative to the experiment file
-        data["plugins"] = plugins.anchor(data["plugins"], p.parent)
+        data["plugins"] = plugin_specs.anchor(data["plugins"], p.parent)
     return data
 
 

@@ -32,7 +32,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .base import StrictModel
 from .limits import MAX_BATCH, MAX_EPOCHS, MAX_ROUNDS, MAX_SEED, MAX_STATE_MB
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from .. import rng as rngmod
+from ..core import rng as rngmod
 from .federated import DataFootprint, FederatedDataset
 from .pooled import PooledSplitConfig, pooled_footprint, split_pool
 from .registry import DATASETS

@@ -34,7 +34,7 @@ def group_by_client(client_of_row: np.ndarray, num_clients: int) -> tuple[np.nda
 
 @dataclass(frozen=True)
 class DataFootprint:
-    """A dataset's size estimated from its config alone, for the memory pre-flight (:mod:`turnout.preflight`).
+    """A dataset's size estimated from its config alone, for the memory pre-flight (:mod:`turnout.runs.preflight`).
 
     A dataset class may offer ``footprint(cfg) -> DataFootprint``; fields it cannot know without
     reading its files are ``None``. ``driver`` names the option that makes it big (``dim``,

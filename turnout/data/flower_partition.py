@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from ..config.base import StrictModel
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .registry import PARTITIONERS
 
 FLOWER_EXTRA = "pip install -c constraints.txt 'turnout[flower-datasets]'"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ConfigError, DataError
+from ..core.errors import ConfigError, DataError
 from .shakespeare import LEAF_VOCAB, encode
 
 #: Character ids of text inputs and labels: LEAF's alphabet plus one out-of-vocabulary id.

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import ConfigError, DataError
+from ..core.errors import ConfigError, DataError
 
 #: Rows per record batch when the storage does not fix the batches (parquet, in-memory tables).
 BATCH_ROWS = 4096

@@ -24,11 +24,11 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from .. import rng as rngmod
 from ..config.base import StrictModel
 from ..config.components import validate_component
 from ..config.limits import MAX_FEATURES, MAX_SAMPLES
-from ..errors import ConfigError, DataError
+from ..core import rng as rngmod
+from ..core.errors import ConfigError, DataError
 from .digits import server_test_mask
 from .federated import DataFootprint, FederatedDataset, InputScaling, offsets_from_counts
 from .hf_columns import AUDIO_REFUSAL, encode_labels, input_kind, make_converter

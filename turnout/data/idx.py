@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field, field_validator
 
-from .. import rng as rngmod
 from ..config.limits import MAX_SAMPLES
-from ..errors import DataError
+from ..core import rng as rngmod
+from ..core.errors import DataError
 from .federated import DataFootprint, FederatedDataset
 from .pooled import PooledSplitConfig, pooled_footprint, split_pool
 from .registry import DATASETS

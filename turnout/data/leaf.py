@@ -18,10 +18,10 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from .. import rng as rngmod
 from ..config.base import StrictModel
 from ..config.limits import MAX_CLASSES, MAX_FEATURES
-from ..errors import DataError
+from ..core import rng as rngmod
+from ..core.errors import DataError
 from .federated import DataFootprint, FederatedDataset, offsets_from_counts
 from .registry import DATASETS
 

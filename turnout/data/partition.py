@@ -13,7 +13,7 @@ from pydantic import Field
 
 from ..config.base import StrictModel
 from ..config.limits import MAX_CLIENTS, MAX_COUNT, MAX_SAMPLES, MAX_SCALE
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .registry import PARTITIONERS
 
 

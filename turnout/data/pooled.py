@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 from pydantic import Field, model_validator
 
-from .. import rng as rngmod
 from ..config.base import StrictModel
 from ..config.components import validate_component
 from ..config.limits import MAX_CLIENTS, MAX_SEED
-from ..errors import ConfigError
+from ..core import rng as rngmod
+from ..core.errors import ConfigError
 from .federated import DataFootprint, FederatedDataset, group_by_client, offsets_from_counts
 from .partition import assign_rows, partitioner_columns, sets_num_clients
 from .registry import PARTITIONERS

@@ -14,10 +14,10 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from .. import rng as rngmod
 from ..config.base import StrictModel
 from ..config.limits import MAX_CLASSES, MAX_CLIENTS, MAX_FEATURES, MAX_SAMPLES
-from ..errors import ConfigError
+from ..core import rng as rngmod
+from ..core.errors import ConfigError
 from .federated import DataFootprint, FederatedDataset, offsets_from_counts
 from .registry import DATASETS
 

@@ -8,7 +8,7 @@ and ``assign(cfg, labels, num_clients, rng) -> client_of_row`` (−1 = row unuse
 
 from __future__ import annotations
 
-from ..registry import Registry
+from ..core.registry import Registry
 
 DATASETS: Registry = Registry("dataset", "where client data comes from and how it is split")
 PARTITIONERS: Registry = Registry("partition", "how a pooled dataset is split over clients")

@@ -32,7 +32,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from ..config.base import StrictModel
 from ..config.limits import MAX_CLIENTS, MAX_FEATURES, MAX_SAMPLES
-from ..errors import DataError
+from ..core.errors import DataError
 from .federated import DataFootprint, FederatedDataset, offsets_from_counts
 from .registry import DATASETS
 

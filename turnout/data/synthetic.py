@@ -27,10 +27,10 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from .. import numerics
-from .. import rng as rngmod
 from ..config.base import StrictModel
 from ..config.limits import MAX_CLASSES, MAX_CLIENTS, MAX_FEATURES, MAX_SAMPLES, MAX_SCALE, MAX_SEED
+from ..core import numerics
+from ..core import rng as rngmod
 from .federated import DataFootprint, FederatedDataset, offsets_from_counts
 from .registry import DATASETS
 
@@ -43,7 +43,7 @@ def _covariance(dim: int) -> np.ndarray:
 def _labels(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``argmax(softmax(x W + b))``; softmax is monotone, so it is left out.
 
-    The product is summed in a fixed order (:func:`turnout.numerics.ordered_matmul`): a label is a discrete
+    The product is summed in a fixed order (:func:`turnout.core.numerics.ordered_matmul`): a label is a discrete
     outcome and must not depend on which BLAS kernel the machine picks.
     """
     return np.argmax(numerics.ordered_matmul(x, w) + b, axis=1).astype(np.int64)
@@ -135,7 +135,7 @@ class SyntheticDataset:
     """Synthetic(α,β) softmax-regression data of FedProx (α model skew, β feature skew), or FedGS's seeded variant.
 
     ``variant: fedprox`` follows FedProx's script (unseeded there; here a legacy ``RandomState``
-    seeded from ``turnout.rng.int_seed(seed, "synthetic")``), shuffles each user's rows and keeps
+    seeded from ``turnout.core.rng.int_seed(seed, "synthetic")``), shuffles each user's rows and keeps
     the first ``int(0.9 n)`` for training. ``variant: fedgs`` seeds ``RandomState(97 + seed)``
     exactly as FedGS does, so seed 0 with 30 clients and α=β=0.5 reproduces its task
     ``synthetic_regression_cnum30_dist10_skew0.5_seed0``; it splits 75/15/10 train/valid/test

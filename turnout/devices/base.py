@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 
 from pydantic import BaseModel
 
-from ..registry import Registry
+from ..core.registry import Registry
 from ..world.population import DeviceProfiles
 
 DEVICES: Registry = Registry("devices", "compute speed and up/down bandwidth per client")

@@ -31,7 +31,6 @@ from __future__ import annotations
 import csv
 import os
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -40,7 +39,8 @@ from pydantic import Field, field_validator
 
 from ..config.base import StrictModel
 from ..config.limits import MAX_SCALE
-from ..errors import DataError
+from ..core.errors import DataError
+from ..traces.fedscale import CapacityTable
 from ..world.population import DeviceProfiles
 from .base import DEVICES, DeviceModel
 
@@ -48,33 +48,6 @@ REQUIRED_COLUMNS = ("client", "computation_ms_per_sample", "communication_kbps")
 LINK_COLUMNS = ("dl_kbps", "ul_kbps")
 FIX = ("write it with `turnout trace import FILE --kind capacity --out FILE.csv` or "
        "turnout.devices.fedscale.write_capacity_csv")
-
-
-@dataclass
-class CapacityTable:
-    """FedScale capacity profiles as struct-of-arrays (one entry per profile, in file order)."""
-
-    client: np.ndarray  # int64 profile keys (FedScale's dict keys)
-    computation_ms_per_sample: np.ndarray  # float64
-    communication_kbps: np.ndarray  # float64
-    dl_kbps: np.ndarray | None = None
-    ul_kbps: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.client)
-
-    @property
-    def has_links(self) -> bool:
-        return self.dl_kbps is not None
-
-    @classmethod
-    def from_profiles(cls, profiles: DeviceProfiles, aug: float = 3.0, kilobit_bits: int = 1024) -> "CapacityTable":
-        """Inverse of :meth:`FedScaleCapacity.profiles` (client ``i`` becomes row ``i``)."""
-        bytes_per_kbit = kilobit_bits / 8.0
-        down = profiles.down_bytes_per_s / bytes_per_kbit
-        up = profiles.up_bytes_per_s / bytes_per_kbit
-        return cls(np.arange(len(down), dtype=np.int64), profiles.compute_s_per_sample * 1000.0 / aug,
-                   np.minimum(down, up), down, up)
 
 
 def _err(path, msg: str) -> DataError:

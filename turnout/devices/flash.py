@@ -41,9 +41,9 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from .. import rng as rngmod
 from ..config.base import StrictModel
 from ..config.limits import MAX_S_PER_SAMPLE
+from ..core import rng as rngmod
 from ..world.population import DeviceProfiles
 from .base import DEVICES, DeviceModel
 

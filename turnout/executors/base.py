@@ -8,13 +8,14 @@ float tolerance), which is why all randomness a client uses comes from its own
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import ClassVar
 
 from pydantic import BaseModel
 
 from ..algorithms.base import Algorithm
+from ..core.records import ClientBatch, CohortResult
+from ..core.registry import Registry
 from ..data.federated import FederatedDataset
-from ..records import ClientBatch, CohortResult
-from ..registry import Registry
 from ..training.local_sgd import LocalTrainer
 
 EXECUTORS: Registry = Registry("executor", "how local training is run")
@@ -32,6 +33,9 @@ class Executor(ABC):
     trains_running_stats: bool = True
     #: batches clients with ``torch.func.vmap``, so every layer of the model must have a batching rule
     needs_vmap: bool = False
+    #: optional packages the executor imports, as (module, extra) pairs: validation refuses it, naming the
+    #: extra to install, when one is missing (the Ray executor needs ``ray``)
+    requires: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def __init__(self, cfg: BaseModel):
         self.cfg = cfg

@@ -16,8 +16,8 @@ import math
 import numpy as np
 import torch
 
-from .. import rng as rngmod
 from ..algorithms.base import Algorithm
+from ..core import rng as rngmod
 from ..training.local_sgd import LocalObjective, LocalResult, LocalTrainer
 from .base import ClientBatch, CohortResult
 

@@ -32,8 +32,8 @@ from pydantic import Field
 
 from ..algorithms.base import Algorithm
 from ..config.base import StrictModel
+from ..core.errors import ConfigError, TurnoutError
 from ..data.federated import FederatedDataset
-from ..errors import ConfigError, TurnoutError
 from ..training.local_sgd import LocalTrainer
 from . import worker as worker_module
 from .base import EXECUTORS, ClientBatch, CohortResult, Executor

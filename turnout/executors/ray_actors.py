@@ -34,8 +34,8 @@ from pydantic import Field
 
 from ..algorithms.base import Algorithm
 from ..config.base import StrictModel
+from ..core.errors import ConfigError
 from ..data.federated import FederatedDataset
-from ..errors import ConfigError
 from ..models.flat import FlatModel
 from ..training.local_sgd import LocalTrainer
 from .base import EXECUTORS, ClientBatch, CohortResult, Executor

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import rng as rngmod
 from ..algorithms.base import Algorithm
 from ..config.base import NoOptions
+from ..core import rng as rngmod
 from ..data.federated import FederatedDataset
 from ..training.local_sgd import LocalTrainer
 from .base import EXECUTORS, ClientBatch, CohortResult, Executor

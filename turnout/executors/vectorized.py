@@ -24,11 +24,11 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from .. import rng as rngmod
 from ..algorithms.base import Algorithm
 from ..config.base import StrictModel
+from ..core import rng as rngmod
+from ..core.errors import ConfigError
 from ..data.federated import FederatedDataset
-from ..errors import ConfigError
 from ..models.flat import FlatModel
 from ..training.local_sgd import LocalTrainer, batch_indices
 from ..training.stacked_sgd import StackedObjective, StackedTrainer, padded_rows

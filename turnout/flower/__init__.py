@@ -12,34 +12,20 @@ this package never imports it, and the first call that needs it says how to inst
 
 from __future__ import annotations
 
-from ..errors import ConfigError
 from .deployable import check_deployable
-
-#: The Flower release this package is tested with (the ``turnout[flower]`` extra pins it).
-FLOWER_VERSION = "1.42.0"
-
-
-def require_flower():
-    """The ``flwr`` module, or a one-line error saying how to install the extra."""
-    try:
-        import flwr
-    except ImportError:
-        raise ConfigError("flower", "not installed",
-                          f"install the extra: pip install -c constraints.txt 'turnout[flower]' "
-                          f"(flwr[simulation]=={FLOWER_VERSION})") from None
-    return flwr
+from .extra import FLOWER_VERSION, require_flower
 
 
 def server_app(*args, **kwargs):
     """A Flower ``ServerApp`` running one experiment variant (see :func:`turnout.flower.serverapp.server_app`)."""
-    from .serverapp import server_app as build
+    from .serverapp import server_app as build  # optional extra: flwr is imported when an app is built
 
     return build(*args, **kwargs)
 
 
 def client_app(*args, **kwargs):
     """A Flower ``ClientApp`` running turnout's client rule (see :func:`turnout.flower.clientapp.client_app`)."""
-    from .clientapp import client_app as build
+    from .clientapp import client_app as build  # optional extra: flwr is imported when an app is built
 
     return build(*args, **kwargs)
 

@@ -22,12 +22,13 @@ import numpy as np
 import torch
 
 from ..config.loader import ResolvedExperiment
-from . import require_flower
+from ..sim.composition import expand
 from .device import DeviceRule, DeviceState
+from .extra import require_flower
 from .protocol import Instruction
 from .transport import flwr_records, from_record_dict, to_record_dict
 
-STATE_ARRAYS, STATE_META = "turnout.device", "turnout.device.meta"
+STATE_ARRAYS, STATE_META = "turnout.core.device", "turnout.core.device.meta"
 ACTION = "turnout"  # the action of REGISTER_TYPE / TRAIN_TYPE
 
 
@@ -76,8 +77,6 @@ def _experiment_data(spec: str, variant: str, seed: int):
     """(the resolved variant, its dataset on ``seed``), built once per process."""
     key = (spec, variant, seed)
     if key not in _LOADED:
-        from ..composition import expand
-
         raw, overrides = json.loads(spec)
         exp = next(v for v in expand(raw, overrides) if v.variant == variant)
         data = exp["data"]

@@ -1,7 +1,7 @@
 """Refuse, before any node is contacted, a configuration that only the simulator can run.
 
 Each component class declares what it would need of the simulated world
-(:meth:`~turnout.capabilities.Deployable.needs_simulator`), so this module asks the classes of the
+(:meth:`~turnout.core.capabilities.Deployable.needs_simulator`), so this module asks the classes of the
 configured components and never a component's name. Two more things cannot cross to real
 clients: a server-side evaluation of every client's local test data, and a compressor encoding
 an upload that the server derives itself (rules whose upload is not a model delta run their
@@ -11,7 +11,8 @@ an upload that the server derives itself (rules whose upload is not a model delt
 from __future__ import annotations
 
 from ..config.loader import ResolvedExperiment
-from ..errors import ConfigError
+from ..core.capabilities import UploadKind
+from ..core.errors import ConfigError
 
 #: The seams whose components run in a deployment; availability, devices, data and executor are the
 #: simulated world, which real nodes replace.
@@ -21,7 +22,7 @@ DEPLOYED_SEAMS = ("selector", "algorithm", "compressor", "round_mode")
 def derives_upload(exp: ResolvedExperiment) -> bool:
     """Whether the server computes the upload from the device's trained parameters (not a model delta)."""
     algo = exp["algorithm"]
-    return algo.cls.upload_kind(algo.cfg) != "model_delta"
+    return algo.cls.upload_kind(algo.cfg) != UploadKind.MODEL_DELTA
 
 
 def check_deployable(exp: ResolvedExperiment, where: str = "") -> None:

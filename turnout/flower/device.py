@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .. import rng as rngmod
 from ..config.loader import ResolvedExperiment
+from ..core import rng as rngmod
+from ..core.records import Cohort
 from ..models.flat import FlatModel
-from ..records import Cohort
 from ..training.local_sgd import LocalTrainer
 from ..world.population import NEVER
 from . import codec

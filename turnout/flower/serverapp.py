@@ -16,13 +16,14 @@ from typing import Any, Callable
 import torch
 
 from ..config.loader import ResolvedExperiment
-from ..engine import RunResult
-from ..errors import ConfigError
-from ..rundir import RunFolder, check_out
-from . import FLOWER_VERSION, require_flower
+from ..core.errors import ConfigError
+from ..runs.rundir import SCRATCH, RunFolder, check_out
+from ..sim.engine import RunResult
 from .clock import CLOCKS, Clock
 from .deployable import check_deployable
+from .extra import FLOWER_VERSION, require_flower
 from .run import FlowerRun, ServerData
+from .tables import write_run
 from .transport import FlowerLink
 
 
@@ -54,14 +55,12 @@ def server_app(exp: ResolvedExperiment, seed: int, num_clients: int, task: Serve
             n_train = link.register(num_clients, registration_timeout_s)
             data = dataclasses.replace(task, n_train=n_train)
             run = FlowerRun(exp, data, seed, link, clock=clock, round_timeout_s=round_timeout_s, poll_s=poll_s,
-                            scratch_dir=folder.path / "scratch")
+                            scratch_dir=folder.path / SCRATCH)
             link.dim = run.model.dim
             result = run.run()
         except BaseException:
             folder.discard()
             raise
-        from .tables import write_run
-
         deployment = {"flwr": getattr(flwr, "__version__", FLOWER_VERSION), "clock": clock, "nodes": num_clients,
                       "round_timeout_s": round_timeout_s}
         done = write_run(folder, exp, seed, result, run.cohort_log, deployment)

@@ -16,12 +16,12 @@ from pathlib import Path
 import yaml
 
 from ..config.loader import ResolvedExperiment
-from ..engine import RunResult
-from ..experiment import versions
-from ..metrics import comparison_rows, cumulate, summarize
+from ..core.metrics import comparison_rows, cumulate, summarize
 from ..recorders.base import rows_to_columns
-from ..rundir import RunFolder, atomic_write_text
-from ..unit import jsonable
+from ..runs.experiment import versions
+from ..runs.rundir import CONFIG, SCRATCH, SUMMARY, RunFolder, atomic_write_text
+from ..runs.unit import jsonable
+from ..sim.engine import RunResult
 
 
 def write_run(folder: RunFolder, exp: ResolvedExperiment, seed: int, result: RunResult, cohort_log: list[dict],
@@ -42,11 +42,11 @@ def write_run(folder: RunFolder, exp: ResolvedExperiment, seed: int, result: Run
     vers = {**versions(), **({"flwr": deployment["flwr"]} if "flwr" in deployment else {})}
     doc = {"name": exp.config.name, "versions": vers, "deployment": deployment, "runs": [summary],
            "variants": [r for r in comparison_rows([summary]) if r["seed"] == "mean"]}
-    atomic_write_text(work / "summary.json", json.dumps(jsonable(doc), indent=2) + "\n")
+    atomic_write_text(work / SUMMARY, json.dumps(jsonable(doc), indent=2) + "\n")
     config = {"turnout": vers, "name": exp.config.name, "seeds": [seed], "deployment": deployment,
               "variants": {exp.variant: exp.as_dict()}}
-    atomic_write_text(work / "config.yaml", yaml.safe_dump(jsonable(config), sort_keys=False))
-    shutil.rmtree(work / "scratch", ignore_errors=True)
+    atomic_write_text(work / CONFIG, yaml.safe_dump(jsonable(config), sort_keys=False))
+    shutil.rmtree(work / SCRATCH, ignore_errors=True)
     return folder.complete()
 
 

@@ -17,16 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
+from .extra import require_flower
 from .link import Arrival, Link, Sent
 from .protocol import REGISTER_TYPE, TRAIN_TYPE, Instruction, Report
 
-ARRAYS, CONFIG, METRICS = "turnout.arrays", "turnout.config", "turnout.metrics"
+ARRAYS, CONFIG, METRICS = "turnout.arrays", "turnout.config", "turnout.core.metrics"
 
 
 def flwr_records():
     """Flower's record types (imported here: Flower is an optional extra)."""
-    from . import require_flower
 
     require_flower()
     from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict

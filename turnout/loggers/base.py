@@ -1,7 +1,7 @@
 """The logger interface: a per-round observer built, from config, inside the process that runs a unit.
 
 ``loggers: [tensorboard, mlflow, wandb]`` (names, or ``{name: ..., <options>}`` blocks) adds one
-logger of each per unit. Loggers are observers (:mod:`turnout.observers`), so they see each
+logger of each per unit. Loggers are observers (:mod:`turnout.core.observers`), so they see each
 finished round's row and cannot change a number; they are built by :func:`open_loggers` where
 the unit runs — this process, a ``--jobs`` worker or a Ray task — because a tracker's client
 cannot be shipped between processes. Each unit is one tracker run named ``variant/seed``, its
@@ -21,10 +21,10 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from ..errors import ConfigError
-from ..metrics import CUMULATIVE
-from ..observers import Observer, RoundRecord
-from ..registry import Registry
+from ..core.errors import ConfigError
+from ..core.metrics import CUMULATIVE
+from ..core.observers import Observer, RoundRecord, RunEnd
+from ..core.registry import Registry
 
 LOGGERS: Registry = Registry("logger", "live per-round metrics to an experiment tracker (a list: loggers: [...])")
 
@@ -94,8 +94,8 @@ class LogRun:
 class Logger(Observer):
     """Streams each round's numeric row values (and running ``cum_*`` totals) to a tracker, step = round.
 
-    Subclasses implement :meth:`log` and usually :meth:`close`; ``requires`` names the packages
-    they import (and the extra that installs them), checked when the experiment is validated.
+    Subclasses implement :meth:`log` and usually :meth:`close` (called once, by :meth:`end`); ``requires``
+    names the packages they import (and the extra that installs them), checked when the experiment is validated.
     """
 
     Config: type[BaseModel]
@@ -128,6 +128,10 @@ class Logger(Observer):
 
     def close(self, summary: dict | None) -> None:
         """End the tracker run; ``summary`` is the unit's summary when it finished (``None``: stopped)."""
+
+    def end(self, end: RunEnd) -> None:
+        """The unit ended: the tracker run is closed, with the unit's summary when it finished."""
+        self.close(dict(end.summary) if end.finished and end.summary is not None else None)
 
 
 def summary_metrics(summary: dict) -> dict[str, float]:

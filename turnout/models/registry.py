@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..registry import Registry
+from ..core.registry import Registry
 
 MODELS: Registry = Registry("model", "the network every client trains")
 

@@ -10,8 +10,8 @@ from typing import Any, Sequence
 import numpy as np
 from pydantic import BaseModel
 
-from ..errors import DataError
-from ..registry import Registry
+from ..core.errors import DataError
+from ..core.registry import Registry
 
 RECORDERS: Registry = Registry("recorder", "where results go")
 

@@ -13,7 +13,7 @@ from typing import Any, Literal, Sequence
 from pydantic import Field, model_validator
 
 from ..config.base import StrictModel
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .base import RECORDERS, Recorder, columns_as_lists, format_value
 
 INSTALL = "pip install 'turnout[parquet]'"

@@ -7,10 +7,10 @@ from abc import ABC, abstractmethod
 import numpy as np
 from pydantic import BaseModel
 
-from ..capabilities import Deployable
-from ..records import RoundClose
-from ..registry import Registry
-from ..state import Stateful
+from ..core.capabilities import Deployable
+from ..core.records import RoundClose
+from ..core.registry import Registry
+from ..core.state import Stateful
 
 ROUND_MODES: Registry = Registry("round_mode", "when a round closes and what happens to the rest")
 

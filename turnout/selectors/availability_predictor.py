@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..state import Stateful
+from ..core.state import Stateful
 
 
 class AvailabilityPredictor(Stateful, ABC):

@@ -15,10 +15,10 @@ from abc import ABC, abstractmethod
 import numpy as np
 from pydantic import BaseModel
 
-from ..capabilities import Deployable
-from ..records import Cohort, RoundFeedback, SelectionContext
-from ..registry import Registry
-from ..state import Stateful
+from ..core.capabilities import Deployable
+from ..core.records import Cohort, RoundFeedback, SelectionContext
+from ..core.registry import Registry
+from ..core.state import Stateful
 from ..world.context import WorldContext
 
 SELECTORS: Registry = Registry("selector", "cohort and aggregation weights, given the available set and history")
@@ -28,7 +28,7 @@ class Selector(Stateful, Deployable, ABC):
     """Chooses who trains. State (counts, utilities, ...) is kept as arrays over the population.
 
     A selector declares the attributes that change during a run in ``state_attrs`` (see
-    :mod:`turnout.state`), so a run can be checkpointed and resumed exactly.
+    :mod:`turnout.core.state`), so a run can be checkpointed and resumed exactly.
     """
 
     Config: type[BaseModel]

@@ -36,9 +36,9 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from .. import rng as rngmod
 from ..config.base import StrictModel
 from ..config.limits import MAX_CLIENTS
+from ..core import rng as rngmod
 from ..world.context import WorldContext
 from .base import SELECTORS, Cohort, SelectionContext, Selector
 

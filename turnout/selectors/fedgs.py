@@ -30,11 +30,11 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from .. import rng as rngmod
-from ..capabilities import WorldNeed
 from ..config.base import StrictModel
 from ..config.limits import MAX_CLIENTS, MAX_COUNT, MAX_FEATURES, MAX_ROUNDS, MAX_SCALE, MAX_SECONDS
-from ..errors import ConfigError
+from ..core import rng as rngmod
+from ..core.capabilities import WorldNeed
+from ..core.errors import ConfigError
 from ..world.context import WorldContext
 from . import fedgs_graph as graphmod
 from . import fedgs_solver as solvermod
@@ -236,7 +236,7 @@ class FedGS(Selector):
     def observe(self, feedback: RoundFeedback) -> None:
         if self.cfg.graph == "oracle":
             return
-        ok = np.asarray(feedback.aggregated, dtype=bool)
+        ok = np.array(feedback.aggregated, dtype=bool)  # a writable copy: torch reads it as a mask
         if not ok.any():
             return
         clients = np.asarray(feedback.clients, dtype=np.int64)[ok]

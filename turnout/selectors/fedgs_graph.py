@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from scipy.sparse.csgraph import csgraph_from_dense, floyd_warshall
 
-from .. import numerics
+from ..core import numerics
 
 #: FedGS code defaults (``create_adj_from_graph(graph, epsilon=0.01, sigma=0.1)``).
 DEFAULT_EPSILON = 0.01
@@ -42,7 +42,7 @@ def cosine_similarity(features: np.ndarray, clamp_negative: bool = False) -> np.
     A zero feature vector (a client with no training labels, a zero update) has similarity 0 to
     everyone (FedGS would produce NaN). ``clamp_negative`` applies the paper's ``max(cos, 0)``
     (Eqs. 11–12); the FedGS code does not clamp, which is the default. The graph decides the cohort,
-    so the products are exact on every BLAS kernel (:func:`turnout.numerics.cosine_similarity`).
+    so the products are exact on every BLAS kernel (:func:`turnout.core.numerics.cosine_similarity`).
     """
     v = numerics.cosine_similarity(features)
     if clamp_negative:

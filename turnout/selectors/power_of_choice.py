@@ -50,9 +50,9 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field, model_validator
 
-from ..capabilities import WorldNeed
 from ..config.base import StrictModel
 from ..config.limits import MAX_BATCH, MAX_CLIENTS
+from ..core.capabilities import WorldNeed
 from ..world.context import WorldContext
 from .base import SELECTORS, Cohort, RoundFeedback, SelectionContext, Selector
 

@@ -51,9 +51,9 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field
 
-from ..capabilities import WorldNeed
 from ..config.base import StrictModel
 from ..config.limits import MAX_CLIENTS, MAX_COUNT, MAX_ROUNDS, MAX_SECONDS
+from ..core.capabilities import WorldNeed
 from ..world.context import WorldContext
 from .availability_predictor import PREDICTORS, AvailabilityPredictor
 from .base import SELECTORS, Cohort, RoundFeedback, SelectionContext, Selector

@@ -79,10 +79,10 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field, model_validator
 
-from .. import rng as rngmod
 from ..config.base import StrictModel
 from ..config.limits import MAX_CLIENTS
-from ..errors import ConfigError
+from ..core import rng as rngmod
+from ..core.errors import ConfigError
 from ..world.context import WorldContext
 from .base import SELECTORS, Cohort, RoundFeedback, SelectionContext, Selector
 

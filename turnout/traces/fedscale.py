@@ -42,7 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataError, shown
+from ..core.errors import DataError, shown
+from ..world.population import DeviceProfiles
 from .format import MAX_PERIOD_S, MIN_PERIOD_S, AvailabilityTrace, period_problem
 
 BEHAVIOR_KEYS = ("duration", "inactive", "finish_time", "active", "model")
@@ -464,10 +465,35 @@ def export_fedscale_behavior(trace: AvailabilityTrace, keys=None) -> dict:
     return {k: trace.fedscale_dict_entry(i) for i, k in enumerate(keys)}
 
 
-def capacity_from_dict(obj, source: str = "<dict>"):
-    """A FedScale ``client_device_capacity`` dict → :class:`~turnout.devices.fedscale.CapacityTable`."""
-    from ..devices.fedscale import CapacityTable
+@dataclass
+class CapacityTable:
+    """FedScale capacity profiles as struct-of-arrays (one entry per profile, in file order)."""
 
+    client: np.ndarray  # int64 profile keys (FedScale's dict keys)
+    computation_ms_per_sample: np.ndarray  # float64
+    communication_kbps: np.ndarray  # float64
+    dl_kbps: np.ndarray | None = None
+    ul_kbps: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.client)
+
+    @property
+    def has_links(self) -> bool:
+        return self.dl_kbps is not None
+
+    @classmethod
+    def from_profiles(cls, profiles: DeviceProfiles, aug: float = 3.0, kilobit_bits: int = 1024) -> "CapacityTable":
+        """Inverse of :meth:`FedScaleCapacity.profiles` (client ``i`` becomes row ``i``)."""
+        bytes_per_kbit = kilobit_bits / 8.0
+        down = profiles.down_bytes_per_s / bytes_per_kbit
+        up = profiles.up_bytes_per_s / bytes_per_kbit
+        return cls(np.arange(len(down), dtype=np.int64), profiles.compute_s_per_sample * 1000.0 / aug,
+                   np.minimum(down, up), down, up)
+
+
+def capacity_from_dict(obj, source: str = "<dict>"):
+    """A FedScale ``client_device_capacity`` dict → :class:`CapacityTable`."""
     d = _top_dict(obj, source, "client_device_capacity")
     n = len(d)
     client = np.empty(n, np.int64)

@@ -62,7 +62,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataError
+from ..core.errors import DataError
 
 #: Version written to and required in ``format_version``.
 FORMAT_VERSION = 1

@@ -53,9 +53,9 @@ import numpy as np
 from pydantic import Field, field_validator
 from scipy.special import ndtr
 
-from .. import rng as rngmod
 from ..config.base import StrictModel
-from ..errors import DataError
+from ..core import rng as rngmod
+from ..core.errors import DataError
 from .format import AvailabilityTrace, _trim_heap
 
 DAY_S = 86400.0

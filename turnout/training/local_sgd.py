@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..config.train import TrainConfig
 from ..models.flat import FlatModel
-from .config import TrainConfig
 
 Params = dict[str, torch.Tensor]
 

@@ -30,8 +30,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..config.train import TrainConfig
 from ..models.flat import FlatModel
-from .config import TrainConfig
 from .local_sgd import LocalObjective
 
 Params = dict[str, torch.Tensor]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..state import Stateful
+from ..core.state import Stateful
 
 
 @dataclass
@@ -68,6 +68,26 @@ class LateBuffer(Stateful):
         self.losses = np.concatenate([self.losses, losses])
         self.busy_s = np.concatenate([self.busy_s, busy_s])
         self.updates = torch.cat([self.updates, updates])
+
+    def pending_row(self, client: int, origin_round: int) -> int | None:
+        """The row of ``client``'s report from ``origin_round`` whose arrival time is not known yet, if any."""
+        rows = np.flatnonzero((self.clients == client) & (self.origin_round == origin_round)
+                              & np.isinf(self.arrival_s))
+        return int(rows[0]) if len(rows) else None
+
+    def complete(self, row: int, arrival_s: float, busy_s: float, loss: float, update: torch.Tensor) -> None:
+        """A report whose reply was awaited came in: its arrival time, the seconds it took, its loss and values.
+
+        The buffer writes its own arrays (no record handed out shares them); callers hand it values.
+        """
+        self.arrival_s[row], self.busy_s[row], self.losses[row] = arrival_s, busy_s, loss
+        self.updates[row] = update.to(self.updates.dtype)
+
+    def withdraw(self, row: int) -> None:
+        """Forget a report that will never reach the server (its device failed)."""
+        mask = np.zeros(len(self), dtype=bool)
+        mask[row] = True
+        self._take(mask)
 
     def pop_arrived(self, until_s: float) -> Arrived:
         """Remove and return the reports that arrive no later than ``until_s`` (in arrival order)."""

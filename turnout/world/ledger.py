@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..state import Stateful
+from ..core.state import Stateful
 
 #: ``last_changed`` of the initial model: every client lacks it until its first download.
 INITIAL = -1

@@ -13,8 +13,8 @@ from typing import Callable
 
 import torch
 
+from ..core.state import Stateful
 from ..models.flat import FlatModel
-from ..state import Stateful
 
 
 @dataclass(frozen=True)

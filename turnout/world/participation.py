@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..state import Stateful
+from ..core.state import Stateful
 
 
 class GapStats(Stateful):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..state import Stateful
+from ..core.state import Stateful
 
 #: ``synced_through`` value of a client that never downloaded the model.
 NEVER = -2

@@ -10,17 +10,32 @@ forward + backward ≈ 3 × forward).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .. import rng as rngmod
-from ..phases import ProbeBill
+from ..core import rng as rngmod
 from .model import GlobalModel
 from .wire import WirePricer
 
 FORWARD_FRACTION = 1.0 / 3.0
 LOSS_BYTES = 4
+
+
+@dataclass(frozen=True)
+class ProbeBill:
+    """What loss probes cost before training: the round starts after the slowest answer."""
+
+    seconds: float
+    bytes_down: int
+    bytes_up: int
+    busy_s: float
+
+    @classmethod
+    def none(cls) -> "ProbeBill":
+        return cls(0.0, 0, 0, 0.0)
 
 
 class LossProbe:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..state import Stateful
+from ..core.state import Stateful
 
 
 class _Slot:

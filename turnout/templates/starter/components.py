@@ -21,7 +21,7 @@ from pydantic import Field
 from turnout.algorithms.base import ALGORITHMS, Algorithm
 from turnout.config.base import StrictModel
 from turnout.config.limits import MAX_CLIENTS, MAX_SERVER_LR
-from turnout.records import Cohort, Reports, SelectionContext
+from turnout.core.records import Cohort, Reports, SelectionContext
 from turnout.selectors.base import SELECTORS, Selector
 
 

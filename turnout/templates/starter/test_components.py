@@ -12,10 +12,10 @@ import numpy as np
 import torch
 
 import turnout
-from turnout import plugins
 from turnout.algorithms.base import AlgorithmContext
-from turnout.composition import registries
-from turnout.records import Reports
+from turnout.core.records import Reports
+from turnout.sim import plugins
+from turnout.sim.composition import registries
 
 HERE = Path(__file__).resolve().parent
 

@@ -12,7 +12,8 @@ import sys
 import warnings
 from pathlib import Path
 
-from .errors import ConfigError, ConfigWarning, TurnoutError
+from ..core.errors import ConfigError, ConfigWarning, TurnoutError
+from . import bundled, starter  # light: the standard library and core.errors
 
 EXIT_USAGE = 2
 
@@ -133,7 +134,8 @@ def _add_no_train_arg(p) -> None:
 def _with_cli_options(raw: dict, args: argparse.Namespace, overrides: dict) -> tuple[dict, dict]:
     """The experiment with ``--plugin`` files/modules appended to its ``plugins:`` and ``--no-train`` as an
     override (both are then stored with the run, so workers and ``turnout resume`` see them)."""
-    from . import plugins
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
+    from ..sim import plugins
 
     if args.plugins:
         given = plugins.anchor(list(args.plugins), Path.cwd())
@@ -147,7 +149,8 @@ def _with_cli_options(raw: dict, args: argparse.Namespace, overrides: dict) -> t
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .metrics import SUMMARY_KEYS
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
+    from ..core.metrics import SUMMARY_KEYS
     from .report import write_report
 
     metrics = args.metrics or ["best_loss", "final_accuracy"]
@@ -209,10 +212,11 @@ def _add_plot_parser(sub) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from .composition import load_experiment
-    from .config.limits import MAX_CLIENTS, MAX_ROUNDS, MAX_SECONDS
-    from .experiment import prepare
-    from .plots import availability_gallery
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
+    from ..config.limits import MAX_CLIENTS, MAX_ROUNDS, MAX_SECONDS
+    from ..recorders.plots import availability_gallery
+    from ..runs.experiment import prepare
+    from ..sim.composition import load_experiment
 
     for name, most in (("rounds", MAX_ROUNDS), ("clients", MAX_CLIENTS)):
         if not 1 <= getattr(args, name) <= most:
@@ -231,8 +235,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _check_out(out: Path, force: bool) -> None:
-    from .errors import ConfigError
-
     if out.exists() and not force:
         raise ConfigError("--out", str(out), "already exists; choose another path or add --force")
     if out.exists() and out.is_dir():
@@ -240,11 +242,10 @@ def _check_out(out: Path, force: bool) -> None:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from .errors import ConfigError
-
     if args.trace_command == "import":
-        from .traces import fedscale
-        from .traces.format import save_trace
+        # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
+        from ..traces import fedscale
+        from ..traces.format import save_trace
 
         _check_out(args.out, args.force)
         if args.kind == "behavior":
@@ -253,7 +254,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
             save_trace(args.out, trace)
             print(f"wrote {args.out}: {report.summary()}, period {_periods(trace.period_s)}")
         else:
-            from .devices.fedscale import write_capacity_csv
+            # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
+            from ..devices.fedscale import write_capacity_csv
 
             table = fedscale.import_fedscale_capacity(args.file)
             write_capacity_csv(args.out, table)
@@ -262,10 +264,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
         return 0
     from pydantic import ValidationError
 
-    from .config.components import config_error_from_pydantic
-    from .config.limits import MAX_SEED, MAX_TRACES
-    from .traces.format import save_trace
-    from .traces.generate import GeneratorConfig, generate_trace
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
+    from ..config.components import config_error_from_pydantic
+    from ..config.limits import MAX_SEED, MAX_TRACES
+    from ..traces.format import save_trace
+    from ..traces.generate import GeneratorConfig, generate_trace
 
     if not 1 <= args.clients <= MAX_TRACES:
         raise ConfigError("--clients", args.clients, f"must be between 1 and {MAX_TRACES:,}")
@@ -292,7 +295,8 @@ def _periods(period_s) -> str:
 
 def _find_listing(what: str) -> tuple[str, str]:
     """``SEAM``, ``SEAM.NAME`` (longest seam first: ``data.partition.dirichlet``) or a block → (key, component)."""
-    from .composition import BLOCKS, listed_registries
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
+    from ..sim.catalogue import BLOCKS, listed_registries
 
     regs = listed_registries()
     if what in regs or what in BLOCKS:
@@ -306,10 +310,11 @@ def _find_listing(what: str) -> tuple[str, str]:
 
 
 def cmd_list(seam: str | None = None, plugin_specs: list[str] = ()) -> int:
-    from . import plugins
-    from .composition import BLOCKS, listed_registries
-    from .config.options import option_lines
-    from .registry import describe
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
+    from ..config.options import option_lines
+    from ..core.registry import describe
+    from ..sim import plugins
+    from ..sim.catalogue import BLOCKS, listed_registries
 
     plugins.load(plugins.anchor(list(plugin_specs), Path.cwd()), "--plugin", indexed=False)
     key, only = _find_listing(seam) if seam is not None else ("", "")
@@ -335,10 +340,10 @@ def cmd_list(seam: str | None = None, plugin_specs: list[str] = ()) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from . import bundled
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
+    from ..config.loader import parse_override, read_yaml
+    from ..sim.composition import expand
     from .check import check, summary_lines
-    from .composition import expand
-    from .config.loader import parse_override, read_yaml
 
     raw, overrides = _with_cli_options(read_yaml(bundled.resolve(args.config)), args,
                                        dict(parse_override(o) for o in args.overrides))
@@ -349,10 +354,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .composition import expand
-    from .experiment import open_experiment, run_opened
-    from .progress import ProgressBar
-    from .sweep import make_backend
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
+    from ..runs.experiment import make_backend, open_experiment, run_opened
+    from ..runs.progress import ProgressBar
+    from ..sim.composition import expand
 
     if args.jobs < 1:
         raise ConfigError("--jobs", args.jobs, "must be >= 1")
@@ -385,10 +390,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_specs(args: argparse.Namespace, expand) -> list[tuple]:
     """(variants, experiment, out, resume) per experiment of the command line, validated before anything runs."""
-    from . import bundled
-    from .config.loader import parse_override, read_yaml
-    from .experiment import expand_experiment
-    from .rundir import check_out, default_out_dir
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
+    from ..config.loader import parse_override, read_yaml
+    from ..runs.experiment import expand_experiment
+    from ..runs.rundir import check_out, default_out_dir
 
     if args.config is None:  # `turnout resume DIR...`: each folder's stored experiment is the source of truth
         return [(None, None, None, d) for d in args.resume]
@@ -467,7 +472,8 @@ def _stop_on_signals():
     """SIGINT/SIGTERM: checkpoint after the current round, then exit 130/143; a second signal stops at once."""
     import signal
 
-    from .unit import StopFlag
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
+    from ..runs.unit import StopFlag
 
     stop = StopFlag()
 
@@ -494,7 +500,8 @@ def _log_traceback(exc: BaseException) -> Path:
     import time
     import traceback
 
-    from .rundir import partial_of
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
+    from ..runs.rundir import partial_of
 
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     folder = _BOUNDARY.folder
@@ -518,19 +525,18 @@ def _log_traceback(exc: BaseException) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .experiment import RunInterrupted
+    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
+    from ..runs.experiment import RunInterrupted
 
     args = _parser().parse_args(argv)
     try:
         if args.command == "list" and args.seam == "experiments":
-            from .bundled import listing_lines
-            print("\n".join(listing_lines()))
+            print("\n".join(bundled.listing_lines()))
             return 0
         if args.command == "list":
             return cmd_list(args.seam, args.plugins)
         if args.command == "new":
-            from .starter import write_starter
-            return write_starter(args.folder)
+            return starter.write_starter(args.folder)
         if args.command == "report":
             return cmd_report(args)
         if args.command == "trace":

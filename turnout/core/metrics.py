@@ -83,32 +83,6 @@ def optimal_test_loss(losses: np.ndarray) -> float:
 
 
 # ---- rows ----------------------------------------------------------------------------------------
-def round_row(opened, trained, closed, aggregated, delivered_up: np.ndarray, wasted: np.ndarray,
-              stale_wasted: float, tau: int, sim_time_s: float, extra: Mapping[str, Any]) -> dict:
-    """A round's row of ``rounds.csv`` from its phase records (:mod:`turnout.phases`).
-
-    Only simulated quantities: the same config and seed give the same row, bit for bit.
-    ``accuracy`` and ``loss`` are filled in by evaluation rounds.
-    """
-    agg, result, ok = closed.aggregated, trained.result, closed.stale_ok
-    return {
-        "round": opened.round, "sim_time_s": sim_time_s, "round_duration_s": closed.duration_s,
-        "accuracy": float("nan"), "loss": float("nan"),
-        "train_loss": float(np.average(result.losses[agg], weights=np.maximum(result.samples[agg], 1)))
-        if agg.any() else float("nan"),
-        "lr": trained.lr, "bytes_up": int(delivered_up.sum()) + opened.probe.bytes_up,
-        "bytes_down": int(trained.down.sum()) + opened.probe.bytes_down,
-        "n_available": int(len(opened.available)), "n_selected": opened.size, "n_aggregated": len(aggregated.reports),
-        "n_stale": int(ok.sum()), "n_late": int(closed.late.sum()), "n_stale_dropped": int((~ok).sum()),
-        "n_dropped": int((closed.finish_s > closed.dropped_at_s).sum()), "n_rejected": int(trained.rejected.sum()),
-        "download_s": closed.download_s, "compute_s": closed.compute_s, "upload_s": closed.upload_s,
-        "resource_s": float(closed.close.busy_s.sum()) + opened.probe.busy_s,
-        "wasted_s": float(wasted.sum()) + stale_wasted,
-        "tau": tau, "coords_changed": int(aggregated.coords_changed),
-        **extra,
-    }
-
-
 def cumulate(rows: list[dict]) -> None:
     """Add the running ``cum_*`` totals to each row, in place."""
     totals: dict[str, Any] = {"bytes_up": 0, "bytes_down": 0, "resource_s": 0.0, "wasted_s": 0.0, "download_s": 0.0,

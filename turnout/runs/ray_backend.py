@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from .errors import ConfigError
+from ..core.errors import ConfigError
 from .sweep import Backend, QueueSink, SweepState, UnitJob, backend, execute, longest_first, rebuild
 from .unit import StopFlag
 
@@ -46,7 +46,7 @@ class _StopSignal:
 
 
 class _RemoteEvent:
-    """The event interface :class:`~turnout.unit.StopFlag` reads, answered by the owner's flag actor."""
+    """The event interface :class:`~turnout.runs.unit.StopFlag` reads, answered by the owner's flag actor."""
 
     def __init__(self, actor):
         self.actor = actor

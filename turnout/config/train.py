@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from ..config.base import StrictModel
-from ..config.limits import MAX_BATCH, MAX_EPOCHS, MAX_LR, MAX_ROUNDS, MAX_SCALE, MAX_STEPS
+from .base import StrictModel
+from .limits import MAX_BATCH, MAX_EPOCHS, MAX_LR, MAX_ROUNDS, MAX_SCALE, MAX_STEPS
 
 
 class LRSchedule(StrictModel):

@@ -11,12 +11,13 @@ the data or more clients per round than the dataset has clients are caught too. 
 
 from __future__ import annotations
 
-from . import plugins
-from .composition import BLOCKS
-from .config.loader import ResolvedExperiment
-from .config.options import as_yaml, changed_options
-from .errors import ConfigError
-from .experiment import _where, prepare, require_shared_seeds
+from ..config.loader import ResolvedExperiment
+from ..config.options import as_yaml, changed_options
+from ..core.errors import ConfigError
+from ..runs.plan import prepare, require_shared_seeds, where_prefix
+from ..sim import plugins
+from ..sim.catalogue import BLOCKS
+from ..sim.engine import Simulation
 
 STATIC = ("every key and value, component names, combination rules, files named in options, shared seeds; "
           "not built: the datasets (add --data to build them and construct every simulation)")
@@ -26,15 +27,13 @@ WITH_DATA = ("every key and value, component names, combination rules, files nam
 
 def preflight(variants: list[ResolvedExperiment]) -> None:
     """Build the datasets and every (variant, seed) simulation once, as ``turnout run`` does before writing."""
-    from .engine import Simulation
-
     plan = prepare(variants)
     for exp in plan.variants:
         for seed in plan.seeds:
             try:
                 Simulation(exp, plan.dataset_for(exp, seed), seed)
             except ConfigError as exc:
-                raise ConfigError(_where(plan.variants, exp) + exc.key, exc.value, exc.allowed) from None
+                raise ConfigError(where_prefix(plan.variants, exp) + exc.key, exc.value, exc.allowed) from None
 
 
 def check(variants: list[ResolvedExperiment], build_data: bool = False) -> None:

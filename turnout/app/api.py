@@ -4,7 +4,7 @@
 folder, the same backends — and returns :class:`Results`, read back from that folder by
 ``turnout.load``, which also reads an unfinished folder (an interrupted run, or one still going).
 The DataFrames are built from the units on disk by the code that writes the run folder's tables
-(:func:`turnout.experiment.tables`), so they have the CSVs' columns, ``cum_*`` totals included.
+(:func:`turnout.runs.experiment.tables`), so they have the CSVs' columns, ``cum_*`` totals included.
 """
 
 from __future__ import annotations
@@ -16,8 +16,16 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
-from .config.loader import ResolvedExperiment
-from .errors import ConfigError
+from ..config.loader import ResolvedExperiment, parse_override, read_yaml
+from ..core.errors import ConfigError
+from ..core.metrics import cumulate
+from ..runs.experiment import UnitTables, expand_experiment, make_backend, open_experiment, run_opened, tables
+from ..runs.progress import ProgressBar
+from ..runs.rundir import CONFIG, PARTIAL, UNIT_ROWS, check_out, default_out_dir, partial_of, unit_path
+from ..runs.unit import is_done, read_clients, read_rows, read_summary
+from ..sim import plugins as plugmod
+from ..sim.composition import expand
+from . import bundled
 
 
 @dataclass(frozen=True)
@@ -63,19 +71,12 @@ def run(experiment, overrides: Mapping[str, Any] | Iterable[str] | None = None, 
     """Run every variant × seed of ``experiment`` into a new run folder and return its :class:`Results`.
 
     ``experiment``: a YAML path, an experiment dict (as the file would hold), or a list of
-    :class:`~turnout.config.loader.ResolvedExperiment` (``turnout.composition.expand``'s result).
+    :class:`~turnout.config.loader.ResolvedExperiment` (``turnout.sim.composition.expand``'s result).
     ``overrides``: ``{"selector.clients_per_round": 20}`` or ``["selector.clients_per_round=20"]``
     (``--set``). ``out``: the new run folder (default ``runs/NAME-TIMESTAMP-xxxx``). ``jobs`` > 1 runs
     units in worker processes; ``backend="ray"`` on Ray. ``plugins`` and ``no_train`` are
-    ``--plugin`` and ``--no-train``. Bad input raises :class:`~turnout.errors.ConfigError`.
+    ``--plugin`` and ``--no-train``. Bad input raises :class:`~turnout.core.errors.ConfigError`.
     """
-    from . import plugins as plugmod
-    from .composition import expand
-    from .experiment import expand_experiment, open_experiment, run_opened
-    from .progress import ProgressBar
-    from .rundir import check_out, default_out_dir
-    from .sweep import make_backend
-
     if int(jobs) < 1:
         raise ConfigError("jobs", jobs, "must be >= 1")
     raw = _raw(experiment)
@@ -103,29 +104,22 @@ def load(run_dir: str | Path) -> Results:
     """The tables of a run folder, finished or not (``DIR`` or ``DIR.partial``), as :class:`Results`."""
     import pandas as pd
 
-    from .experiment import tables
-    from .metrics import cumulate
-    from .rundir import PARTIAL, partial_of, slug
-    from .unit import is_done, read_clients, read_rows, read_summary
-
     folder = _folder(Path(run_dir), PARTIAL, partial_of)
     try:
-        config = yaml.safe_load((folder / "config.yaml").read_text())
+        config = yaml.safe_load((folder / CONFIG).read_text())
         variants, seeds = list(config["variants"]), list(config["seeds"])
     except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
         raise ConfigError("run_dir", str(run_dir), f"its config.yaml cannot be read ({exc}); give a folder "
                                                    "`turnout run` wrote") from None
-    from .experiment import _UnitTables
-
     units, status = [], []
     for index, variant in enumerate(variants):
         rounds_total = int(config["variants"][variant].get("rounds", 0))
         for seed in seeds:
-            d = folder / "units" / f"v{index:02d}-{slug(variant)}" / f"seed-{seed}"
-            rows = read_rows(d / "rounds.jsonl")
+            d = unit_path(folder, index, variant, seed)
+            rows = read_rows(d / UNIT_ROWS)
             cumulate(rows)
             done = is_done(d)
-            units.append(_UnitTables(variant, seed, rows, read_clients(d) if done else {},
+            units.append(UnitTables(variant, seed, rows, read_clients(d) if done else {},
                                      read_summary(d) if done else {}))
             status.append({"variant": variant, "seed": seed, "rounds_done": len(rows), "rounds": rounds_total,
                            "complete": done})
@@ -141,10 +135,10 @@ def load(run_dir: str | Path) -> Results:
 def _folder(given: Path, partial: str, partial_of) -> Path:
     """The run folder to read: ``given``, or ``given.partial`` while it is unfinished."""
     for candidate in (given, partial_of(given)):
-        if (candidate / "config.yaml").is_file():
+        if (candidate / CONFIG).is_file():
             return candidate
     if given.is_dir():
-        inner = sorted(p.name for p in given.iterdir() if (p / "config.yaml").is_file())
+        inner = sorted(p.name for p in given.iterdir() if (p / CONFIG).is_file())
         if inner:
             raise ConfigError("run_dir", str(given), f"holds several run folders ({', '.join(inner[:5])}); load "
                                                      "each one")
@@ -154,10 +148,6 @@ def _folder(given: Path, partial: str, partial_of) -> Path:
 
 def _raw(experiment) -> dict[str, Any]:
     """The experiment as the dict an experiment file holds (what the run folder stores for resume and workers)."""
-    from . import bundled
-    from . import plugins as plugmod
-    from .config.loader import read_yaml
-
     if isinstance(experiment, (str, Path)):
         return read_yaml(bundled.resolve(experiment))
     if isinstance(experiment, Mapping):
@@ -170,13 +160,11 @@ def _raw(experiment) -> dict[str, Any]:
     if isinstance(experiment, Sequence) and experiment and all(isinstance(v, ResolvedExperiment) for v in experiment):
         return _raw_of_resolved(list(experiment))
     raise ConfigError("experiment", experiment, "give a YAML file path, an experiment dict, or a list of resolved "
-                                                "variants (turnout.composition.expand)")
+                                                "variants (turnout.sim.composition.expand)")
 
 
 def _raw_of_resolved(variants: list[ResolvedExperiment]) -> dict[str, Any]:
     """An experiment dict that expands to exactly these variants (each variant sets every block it resolved)."""
-    from .composition import expand
-
     shared = ("name", "seeds", "plugins", "no_train")
     first = variants[0].config
     names = [v.variant for v in variants]
@@ -184,7 +172,7 @@ def _raw_of_resolved(variants: list[ResolvedExperiment]) -> dict[str, Any]:
     if len(set(names)) != len(names) or differ:
         raise ConfigError("experiment", f"<{len(variants)} resolved variants>",
                           "must come from one experiment (distinct variant names; the same name, seeds, plugins and "
-                          "no_train); expand one experiment dict with turnout.composition.expand")
+                          "no_train); expand one experiment dict with turnout.sim.composition.expand")
     base = variants[0].as_dict()
     base.pop("grid", None)
     if len(variants) == 1 and variants[0].variant == "base":
@@ -197,13 +185,11 @@ def _raw_of_resolved(variants: list[ResolvedExperiment]) -> dict[str, Any]:
             a.as_dict() != b.as_dict() for a, b in zip(again, variants)):
         raise ConfigError("experiment", f"<{len(variants)} resolved variants>",
                           "must come from one experiment (the same name, seeds, plugins and no_train); expand one "
-                          "experiment dict with turnout.composition.expand")
+                          "experiment dict with turnout.sim.composition.expand")
     return raw
 
 
 def _overrides(overrides) -> dict[str, Any]:
-    from .config.loader import parse_override
-
     if overrides is None:
         return {}
     if isinstance(overrides, Mapping):

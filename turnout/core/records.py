@@ -3,7 +3,8 @@
 Selector → :class:`Cohort` (who, with what weight, per-member tags) → executor
 (:class:`ClientBatch` in, :class:`CohortResult` out) → round mode (:class:`RoundClose`) →
 selector again (:class:`RoundFeedback`) and algorithm (:class:`Reports`). A selector reads a
-:class:`SelectionContext`. All are frozen: a seam reads what another decided and never edits it.
+:class:`SelectionContext`. All are frozen, and their arrays are read-only views where they cross a
+seam: a seam reads what another decided and never edits it (its owner may still change its own array).
 They live here, not in one seam's module, so no seam imports another to talk to it.
 """
 
@@ -17,8 +18,21 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from .availability.base import Availability
-    from .world.context import WorldContext
+    from ..availability.base import Availability
+    from ..world.context import WorldContext
+
+
+def read_only(values) -> np.ndarray:
+    """A read-only view of ``values``: a record hands it on, nobody writes through it (its owner still can)."""
+    view = np.asarray(values).view()
+    view.flags.writeable = False
+    return view
+
+
+def _freeze(record, *names: str) -> None:
+    """Make the named array fields of a frozen record read-only views."""
+    for name in names:
+        object.__setattr__(record, name, read_only(getattr(record, name)))
 
 
 @dataclass(frozen=True)
@@ -45,8 +59,9 @@ class Cohort:
         for name, values in self.tags.items():
             if len(values) != len(self.clients):
                 raise ValueError(f"cohort tag {name!r} has {len(values)} entries for {len(self.clients)} clients")
-        object.__setattr__(self, "clients", np.asarray(self.clients).astype(np.int64))
-        object.__setattr__(self, "tags", MappingProxyType(dict(self.tags)))
+        object.__setattr__(self, "clients", read_only(np.asarray(self.clients).astype(np.int64)))
+        object.__setattr__(self, "weights", read_only(self.weights))
+        object.__setattr__(self, "tags", MappingProxyType({k: read_only(v) for k, v in self.tags.items()}))
         if not self.target:
             object.__setattr__(self, "target", len(self.clients))
 
@@ -91,6 +106,9 @@ class RoundFeedback:
     updates: torch.Tensor  # (k, dim) decoded uploads
     duration_s: float
 
+    def __post_init__(self) -> None:
+        _freeze(self, "clients", "aggregated", "late", "train_loss", "n_samples", "finish_s", "busy_s")
+
 
 @dataclass(frozen=True)
 class Reports:
@@ -109,6 +127,9 @@ class Reports:
     losses: np.ndarray
     staleness: np.ndarray
 
+    def __post_init__(self) -> None:
+        _freeze(self, "clients", "weights", "n_samples", "losses", "staleness")
+
     def __len__(self) -> int:
         return len(self.clients)
 
@@ -116,7 +137,7 @@ class Reports:
         """Σ w_i u_i (divided by Σ w_i when weights are relative); zero when there are no reports."""
         if len(self) == 0:
             return torch.zeros(self.updates.shape[1], dtype=self.updates.dtype)
-        w = torch.as_tensor(self.weights, dtype=self.updates.dtype)
+        w = torch.as_tensor(self.weights.copy(), dtype=self.updates.dtype)  # a writable copy of k weights
         if self.normalize:
             total = float(w.sum())
             w = w / total if total > 0 else torch.full_like(w, 1.0 / len(w))
@@ -137,6 +158,9 @@ class RoundClose:
     late: np.ndarray
     duration_s: float
     busy_s: np.ndarray
+
+    def __post_init__(self) -> None:
+        _freeze(self, "aggregated", "late", "busy_s")
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,15 @@ from pathlib import Path
 
 import numpy as np
 
+from ..world.context import WorldContext
+
 AXES = (("round", "round", "accuracy_vs_round.png"),
         ("cum_bytes_down", "cumulative bytes downloaded", "accuracy_vs_bytes_down.png"),
         ("sim_time_s", "simulated time (s)", "accuracy_vs_sim_time.png"))
 
 
 def plot_accuracy(results: list, folder: Path, title: str) -> list[Path]:
-    """Write the three accuracy plots; ``results`` are :class:`~turnout.engine.RunResult` with cumulative columns."""
+    """Write the three accuracy plots; ``results`` are :class:`~turnout.sim.engine.RunResult` (cumulative columns)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -82,8 +84,6 @@ def plot_availability(matrix: np.ndarray, path: Path, title: str) -> Path:
 
 def availability_gallery(exp, data, seed: int, rounds: int, round_s: float, clients: int, path: Path) -> Path:
     """Build ``exp``'s availability model on ``data`` and draw its first ``clients`` × ``rounds`` on/off matrix."""
-    from .world.context import WorldContext
-
     comp = exp["availability"]
     world = WorldContext(num_clients=data.num_clients, n_train=data.n_train, seed=seed, rounds=rounds,
                          extras=data.extras, label_hist_fn=data.label_histogram)

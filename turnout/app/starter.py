@@ -13,7 +13,7 @@ import re
 from importlib import resources
 from pathlib import Path
 
-from .errors import ConfigError
+from ..core.errors import ConfigError
 
 #: The starter's files, in the order they are written and listed.
 FILES = ("experiment.yaml", "components.py", "test_components.py")

@@ -3,12 +3,12 @@
 A new selector or server rule should not need a fork of turnout: a plugin registers it with the
 existing registries' ``register`` decorators and the experiment names it like a built-in
 (``plugins: [my_lab.selectors, plugins/robust.py]`` or ``--plugin``). Loading happens inside
-:func:`turnout.composition.expand`, so every process that expands the experiment — the CLI, a
+:func:`turnout.sim.composition.expand`, so every process that expands the experiment — the CLI, a
 notebook, each ``--jobs`` worker, each Ray task — imports the same plugins before it validates.
 
 What a plugin registers is checked like a built-in (a pydantic ``Config`` of its options); a
 plugin that cannot be found, fails to import, clashes with a registered name or registers a
-class without ``Config`` is one :class:`~turnout.errors.ConfigError` naming it, and whatever it
+class without ``Config`` is one :class:`~turnout.core.errors.ConfigError` naming it, and whatever it
 had registered is taken back. Each plugin's module, file and sha256 go into the run folder's
 ``config.yaml``, and a resumed run refuses a plugin file that changed since the run started.
 """
@@ -24,8 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config.display import one_line
-from .errors import ConfigError
+from pydantic import BaseModel
+
+from ..config.display import one_line
+from ..config.plugin_specs import anchor, is_file
+
+__all__ = ["Plugin", "anchor", "is_file", "load", "origin", "records"]
+from ..core.errors import ConfigError
+from ..core.registry import DuplicateName
+from .catalogue import listed_registries
 
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -48,23 +55,6 @@ class Plugin:
 
 #: loaded plugins by identity (absolute file path, or module name); a changed file is loaded again
 _LOADED: dict[str, Plugin] = {}
-
-
-def is_file(spec: str) -> bool:
-    """A spec naming a file (``x.py``, ``dir/x``) rather than an importable module (``pkg.mod``)."""
-    return spec.endswith(".py") or "/" in spec or "\\" in spec
-
-
-def anchor(specs: Any, base: Path) -> Any:
-    """``specs`` with relative file paths made absolute against ``base`` (modules and non-strings unchanged).
-
-    Experiment files name plugin files relative to themselves; the stored experiment then works
-    from any directory (``turnout resume``, worker processes, Ray tasks).
-    """
-    if not isinstance(specs, list):
-        return specs
-    return [str((Path(base) / s).absolute()) if isinstance(s, str) and is_file(s) and not Path(s).is_absolute()
-            else s for s in specs]
 
 
 def load(specs: Any, key: str = "plugins", indexed: bool = True) -> list[Plugin]:
@@ -148,8 +138,6 @@ def _load_one(spec: Any, key: str) -> Plugin:
         _forget(module, _new(regs, before))
         raise ConfigError(key, spec, _import_failure(exc, path)) from None
     registers = _new(regs, before)
-    from pydantic import BaseModel
-
     for item in registers:
         seam, name = item.rsplit(".", 1)
         cfg = getattr(regs[seam].get(name), "Config", None)
@@ -164,8 +152,6 @@ def _load_one(spec: Any, key: str) -> Plugin:
 
 
 def _registries() -> dict:
-    from .composition import listed_registries
-
     return dict(listed_registries())
 
 
@@ -183,8 +169,6 @@ def _forget(module: str, registers) -> None:
 
 
 def _import_failure(exc: BaseException, path: Path) -> str:
-    from .registry import DuplicateName
-
     if isinstance(exc, DuplicateName):
         return f"registers {exc.seam} {exc.name!r}, which is already registered; give it another name"
     if isinstance(exc, ConfigError):

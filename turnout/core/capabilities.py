@@ -11,7 +11,8 @@ configuration and refuses it with one line; it never asks for a component by nam
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from enum import Enum
+from typing import Any, Iterable
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,29 @@ class WorldNeed:
     instead: str  # the setting that works without it ("selector.predictor: history")
 
 
+class UploadKind(str, Enum):
+    """What a client's upload is: an algorithm declares it, a compressor lists the kinds it can encode.
+
+    A string enum, so a plugin may still write the plain names (``accepts = frozenset({"model_delta"})``).
+    """
+
+    MODEL_DELTA = "model_delta"  # new − old model
+    GRADIENT_DIFFERENCE = "gradient_difference"  # FedSUM's Δy_i
+    CONTROL_VARIATE = "control_variate"  # SCAFFOLD's single-uplink δ_i
+    NACK_OR_DELTA = "nack_or_delta"  # Adaptive-OU: a NACK (norm, 0, …, 0) or a model delta
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+def upload_kinds(kinds: Iterable[str | UploadKind] | None) -> frozenset[UploadKind] | None:
+    """A compressor's ``accepts`` as upload kinds (``None``: any kind); an unknown name is an error here."""
+    return None if kinds is None else frozenset(UploadKind(k) for k in kinds)
+
+
 class Deployable:
     """Mixin of every seam's base class: by default a component runs on real clients as it does simulated."""
 
@@ -33,4 +57,4 @@ class Deployable:
         return None
 
 
-__all__ = ["Deployable", "WorldNeed"]
+__all__ = ["Deployable", "UploadKind", "WorldNeed", "upload_kinds"]

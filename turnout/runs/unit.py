@@ -22,16 +22,16 @@ from typing import Callable
 
 import numpy as np
 
+from ..config.loader import ResolvedExperiment
+from ..core.metrics import cumulate, summarize
+from ..core.observers import Observer, Observers, RoundRecord, RunEnd, RunStart
+from ..data.federated import FederatedDataset
+from ..loggers.base import open_loggers
+from ..sim.engine import RunResult, Simulation
 from . import checkpoint, faults
-from .config.loader import ResolvedExperiment
-from .data.federated import FederatedDataset
-from .engine import RunResult, Simulation
-from .loggers.base import close_loggers, open_loggers
-from .metrics import cumulate, summarize
-from .observers import Observer, RoundRecord
-from .rundir import atomic_write_text
+from .rundir import SCRATCH, UNIT_CLIENTS, UNIT_IDENTITY, UNIT_ROWS, UNIT_SUMMARY, atomic_write_text
 
-ROWS, CLIENTS, SUMMARY, IDENTITY = "rounds.jsonl", "clients.jsonl", "summary.json", "unit.json"
+ROWS, CLIENTS, SUMMARY, IDENTITY = UNIT_ROWS, UNIT_CLIENTS, UNIT_SUMMARY, UNIT_IDENTITY
 #: clients encoded at a time when clients.jsonl is written
 CHUNK = 65536
 
@@ -170,11 +170,15 @@ class FileSink:
             self.f = None
 
 
-class _Rows(Observer):
-    """Keeps the unit's rows (for its checkpoints) and passes each new one to the sink."""
+class RowStream(Observer):
+    """The unit's row sink as an observer: begins the unit's files, keeps its rows (for its checkpoints) and
+    passes each new one to the sink, and writes the unit's tables when it finished."""
 
     def __init__(self, rows: list[dict], sink):
         self.rows, self.sink = rows, sink
+
+    def begin(self, start: RunStart) -> None:
+        self.sink.begin({"variant": start.variant, "seed": start.seed, "rounds": start.rounds}, self.rows)
 
     def after_round(self, round: int, record: RoundRecord) -> None:
         row = dict(record.row)
@@ -182,8 +186,12 @@ class _Rows(Observer):
         self.sink.row(row)
         faults.point("round")  # where the round was computed: a worker, or this process
 
+    def end(self, end: RunEnd) -> None:
+        if end.finished:
+            self.sink.finish({k: np.asarray(v).tolist() for k, v in end.clients.items()}, dict(end.summary))
 
-class _Checkpointer(Observer):
+
+class Checkpointer(Observer):
     """Checkpoints the simulation when the policy says so, and when a stop is requested (then stops it)."""
 
     def __init__(self, sim: Simulation, unit_dir: Path, rows: list[dict], stop: StopFlag, wall0: float,
@@ -213,12 +221,14 @@ def run_unit(exp: ResolvedExperiment, data: FederatedDataset, seed: int, unit_di
     """Run (or continue, from its checkpoint in ``unit_dir``) one unit, reporting to ``sink``.
 
     ``sink`` receives ``begin(identity, rows_done)``, ``row(row)`` per round and, when the unit
-    finishes, ``finish(clients, summary)`` (see :class:`FileSink`). Returns whether it finished.
+    finishes, ``finish(clients, summary)`` (see :class:`FileSink`), through :class:`RowStream`.
+    The row stream, the checkpointer, the live loggers and ``observers`` are ended exactly once,
+    with the unit's summary when it finished. Returns whether it finished.
     """
     unit_dir = Path(unit_dir)
     unit_dir.mkdir(parents=True, exist_ok=True)
     cfg = exp.config
-    sim = Simulation(exp, data, seed, scratch_dir=unit_dir / "scratch")
+    sim = Simulation(exp, data, seed, scratch_dir=unit_dir / SCRATCH)
     wall0, wall_before, rows = time.perf_counter(), 0.0, []
     saved = checkpoint.load(unit_dir)
     if saved is not None:
@@ -226,34 +236,29 @@ def run_unit(exp: ResolvedExperiment, data: FederatedDataset, seed: int, unit_di
         sim.load_state_dict(state)
         wall_before = float(info.get("wall_s", 0.0))
         rows = [json.loads(line) for line in rows_text.splitlines()]
-    sink.begin({"variant": exp.variant, "seed": seed, "rounds": cfg.rounds}, rows)
-    ckpt = _Checkpointer(sim, unit_dir, rows, stop, wall0, wall_before)
-    loggers: list = []
-    try:
-        if stop.requested:  # asked to stop before this unit did anything new
-            ckpt.save()
-            return UnitOutcome(False, None, sim.next_round, cfg.rounds)
-        loggers = open_loggers(exp, seed, unit_dir, rows)  # built here: this process runs the unit
-        sim.advance(observers=[_Rows(rows, sink), ckpt, *loggers, *observers])
-        if stop.requested:
-            close_loggers(loggers, None)
-            return UnitOutcome(False, None, sim.next_round, cfg.rounds)
-        result = sim.result(rows, wall_s=wall_before + time.perf_counter() - wall0)
-    except BaseException:
-        close_loggers(loggers, None)
-        raise
-    finally:
-        sim.close()
-    result = RunResult(result.variant, result.seed, [dict(r) for r in rows], result.clients, result.summary,
-                       result.final_params)
-    cumulate(result.rounds)
-    if centralized is not None:
-        value = centralized()
-        if value is not None:
-            result.summary["centralized_accuracy"] = value
-    summary = summarize(result.variant, result.seed, result.rounds, result.summary, cfg.eval.target_accuracy)
-    close_loggers(loggers, summary)
-    sink.finish({k: np.asarray(v).tolist() for k, v in result.clients.items()}, summary)
+    ckpt = Checkpointer(sim, unit_dir, rows, stop, wall0, wall_before)
+    watching = Observers([RowStream(rows, sink), ckpt])
+    start = RunStart(variant=exp.variant, seed=seed, rounds=cfg.rounds, next_round=sim.next_round)
+    with watching.running(start):
+        with sim:  # workers and spill files are released when the rounds are done
+            if stop.requested:  # asked to stop before this unit did anything new
+                ckpt.save()
+                return UnitOutcome(False, None, sim.next_round, cfg.rounds)
+            watching.add(*open_loggers(exp, seed, unit_dir, rows), *observers)  # built here: this process runs it
+            sim.advance(observers=[watching])
+            if stop.requested:
+                return UnitOutcome(False, None, sim.next_round, cfg.rounds)
+            sim.finish()
+            result = sim.result(rows, wall_s=wall_before + time.perf_counter() - wall0)
+        result = RunResult(result.variant, result.seed, [dict(r) for r in rows], result.clients, result.summary,
+                           result.final_params)
+        cumulate(result.rounds)
+        if centralized is not None:
+            value = centralized()
+            if value is not None:
+                result.summary["centralized_accuracy"] = value
+        summary = summarize(result.variant, result.seed, result.rounds, result.summary, cfg.eval.target_accuracy)
+        watching.end(RunEnd(finished=True, summary=summary, clients=result.clients))
     return UnitOutcome(True, summary, cfg.rounds, cfg.rounds, result)
 
 

@@ -4,10 +4,10 @@ A sweep is every (variant, seed) unit of every experiment it was given. Units ar
 construction, so they can run anywhere, in any order, on any number of workers: each unit's
 numbers are a pure function of its resolved config, its seed and the code. The process that owns
 the run folders (this one) dispatches pending units to a backend and applies what the workers
-send back — rows, finished tables — through each unit's :class:`~turnout.unit.FileSink`; workers
+send back — rows, finished tables — through each unit's :class:`~turnout.runs.unit.FileSink`; workers
 write only their unit's checkpoints. When every unit of an experiment is done its tables are
-built (:func:`turnout.experiment.finalize`), so the output does not depend on the backend or the
-number of workers.
+built (:func:`turnout.runs.experiment.finalize`, after :func:`turnout.runs.experiment.run_sweep`), so the
+output does not depend on the backend or the number of workers.
 
 Backends (:data:`BACKENDS`): ``inline`` (this process; ``--jobs 1``), ``processes`` (``--jobs N``
 spawned worker processes) and ``ray`` (``--backend ray``: one Ray task per unit). A worker that
@@ -17,6 +17,7 @@ reported; the rest of the sweep goes on.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from abc import ABC, abstractmethod
@@ -25,9 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
+
+from ..core.errors import TurnoutError
+from ..core.observers import Observer
+from ..sim.composition import expand
 from . import faults
-from .errors import TurnoutError
-from .unit import FileSink, StopFlag, is_done
+from .plan import Unit, centralized_reference, data_key, units_of
+from .unit import FileSink, StopFlag, is_done, run_unit
 
 #: name → backend class; ``--backend NAME`` picks one
 BACKENDS: dict[str, type] = {}
@@ -127,16 +133,11 @@ def _held_bytes(dataset) -> int:
 
 def rebuild(job: UnitJob):
     """(resolved variant, dataset) of a job, rebuilt from its plain data — what a worker process does."""
-    import json
-
-    from .composition import expand
-    from .experiment import _data_key
-
     exp_key = json.dumps(job.experiment, sort_keys=True, default=str)
     if exp_key not in _VARIANTS:
         _VARIANTS[exp_key] = expand(job.experiment["raw"], job.experiment["overrides"])
     exp = next(v for v in _VARIANTS[exp_key] if v.variant == job.variant)
-    key = (_data_key(exp), job.seed)
+    key = (data_key(exp), job.seed)
     if key in _DATASETS:
         _DATASETS.move_to_end(key)
     else:
@@ -148,17 +149,12 @@ def rebuild(job: UnitJob):
 
 
 def execute(job: UnitJob, sink, stop: StopFlag, observers=(), resolve=rebuild, centralized: dict | None = None):
-    """Run one unit: its variant and dataset from ``resolve(job)``; returns its :class:`~turnout.unit.UnitOutcome`."""
-    import torch
-
-    from .experiment import Unit, _centralized
-    from .unit import run_unit
-
+    """Run one unit: its variant and dataset from ``resolve(job)``; returns its :class:`~.unit.UnitOutcome`."""
     torch.set_num_threads(job.torch_threads)
     exp, data = resolve(job)
     cache = {} if centralized is None else centralized
     return run_unit(exp, data, job.seed, Path(job.unit_dir), sink, stop, list(observers),
-                    centralized=lambda: _centralized(Unit(0, exp, job.seed), data, cache))
+                    centralized=lambda: centralized_reference(Unit(0, exp, job.seed), data, cache))
 
 
 class ApplyingSink:
@@ -249,7 +245,7 @@ def _worker_main(conn, stop_event, parent: int) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     stop = StopFlag(stop_event)
 
-    class _OrphanGuard:
+    class _OrphanGuard(Observer):
         """Stops the unit (with a checkpoint) when the owner process is gone."""
 
         def after_round(self, round, record):
@@ -370,8 +366,6 @@ class ProcessBackend(Backend):
 
 def pending_jobs(experiments: list, stop: StopFlag) -> tuple[list[UnitJob], dict]:
     """The jobs of every unfinished unit, and a sink for each (``experiments``: (plan, folder, experiment dict))."""
-    from .experiment import units_of
-
     jobs, sinks = [], {}
     for e, (plan, folder, experiment) in enumerate(experiments):
         for i, unit in enumerate(units_of(plan)):
@@ -385,49 +379,3 @@ def pending_jobs(experiments: list, stop: StopFlag) -> tuple[list[UnitJob], dict
                                 f"{plan.name}/{unit.variant} seed {unit.seed}", rc.num_cpus, rc.num_gpus,
                                 estimated_work(unit.exp, plan.dataset_for(unit.exp, unit.seed))))
     return jobs, sinks
-
-
-def run_sweep(experiments: list, backend: Backend, stop: StopFlag, progress=None) -> list[dict]:
-    """Run every unfinished unit of ``experiments`` ((plan, folder, experiment dict) each) on ``backend``,
-    then build each experiment's tables; returns their summaries.
-
-    Raises :class:`UnitsFailed` when units failed (the rest is kept) and
-    :class:`~turnout.experiment.RunInterrupted` when ``stop`` was requested.
-    """
-    from .experiment import RunInterrupted, finalize, units_of
-
-    jobs, sinks = pending_jobs(experiments, stop)
-    state = SweepState(sinks)
-    if progress is not None:
-        every = {(e, i): (f"{u.variant} s{u.seed}", u.exp.config.rounds)
-                 for e, (plan, _, _) in enumerate(experiments) for i, u in enumerate(units_of(plan))}
-        progress.start(every, set(every) - {j.key for j in jobs})
-    prepared = {(e, i): (u.exp, plan.dataset_for(u.exp, u.seed))
-                for e, (plan, _, _) in enumerate(experiments) for i, u in enumerate(units_of(plan))}
-    backend.run(jobs, state, stop, progress, resolve=lambda job: prepared[job.key])
-    for sink in sinks.values():
-        sink.close()
-    folders = [folder for _, folder, _ in experiments]
-    if state.failed:
-        labels = {j.key: j.label for j in jobs}
-        raise UnitsFailed({labels[k]: why for k, why in state.failed.items()}, [f.path for f in folders])
-    if stop.requested or state.stopped:
-        total = sum(len(units_of(plan)) for plan, _, _ in experiments)
-        unfinished = [j for j in jobs if j.key not in state.done]
-        checkpointed = [f"{j.label} checkpointed at round {state.stopped[j.key][0]}/{state.stopped[j.key][1]}"
-                        for j in unfinished if j.key in state.stopped]
-        raise RunInterrupted(folders, stop, total - len(unfinished), total, checkpointed)
-    return [finalize(plan, folder) for plan, folder, _ in experiments]
-
-
-def make_backend(name: str, jobs: int = 1, retries: int = 2, address: str | None = None):
-    """The backend for ``--backend NAME --jobs N`` (``inline`` when one local job)."""
-    from .errors import ConfigError
-
-    if name == "local":
-        name = "inline" if jobs <= 1 else "processes"
-    if name == "ray":
-        from . import ray_backend  # noqa: F401  (registers "ray"; a missing Ray is a one-line error there)
-    if name not in BACKENDS:
-        raise ConfigError("--backend", name, f"choose one of: local, {', '.join(sorted(BACKENDS))}")
-    return BACKENDS[name](jobs=jobs, retries=retries, address=address)

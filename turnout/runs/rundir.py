@@ -7,7 +7,7 @@ Layout (``DIR.partial`` while the run is going on, renamed to ``DIR`` when every
     config.yaml               every variant's resolved config, seeds, versions
     units/v00-NAME/seed-0/    one folder per (variant, seed) unit:
         rounds.jsonl            one row per finished round, appended and flushed as rounds complete
-        checkpoint/             the unit's latest checkpoint (see turnout.checkpoint)
+        checkpoint/             the unit's latest checkpoint (see turnout.runs.checkpoint)
         clients.jsonl, summary.json   written when the unit finishes (summary.json = done)
     logs/                     full tracebacks of unexpected errors
     rounds.csv, clients.csv, comparison.csv, summary.json, *.png   built from the units at the end
@@ -33,10 +33,22 @@ import tempfile
 import time
 from pathlib import Path
 
-from .errors import ConfigError
+from ..core.errors import ConfigError
 
 PARTIAL = ".partial"
 LOCK = "lock"
+
+# The run folder's names, defined once (README, "The run folder"): the folder's own files and folders ...
+CONFIG, EXPERIMENT, SUMMARY = "config.yaml", "experiment.json", "summary.json"
+UNITS, LOGS, SCRATCH = "units", "logs", "scratch"
+# ... and each unit's (``units/vNN-VARIANT/seed-S/``)
+UNIT_ROWS, UNIT_CLIENTS, UNIT_SUMMARY, UNIT_IDENTITY = "rounds.jsonl", "clients.jsonl", "summary.json", "unit.json"
+UNIT_GLOB = "*/seed-*"
+
+
+def unit_path(root: Path, index: int, variant: str, seed: int) -> Path:
+    """Where unit (variant number ``index``, ``variant``, ``seed``) lives in the run folder ``root``."""
+    return Path(root) / UNITS / f"v{index:02d}-{slug(variant)}" / f"seed-{seed}"
 
 
 def partial_of(out: Path) -> Path:
@@ -154,9 +166,9 @@ class RunFolder:
         else:
             out, path = given, partial_of(given)
         if not path.is_dir():
-            if (out / "summary.json").is_file() and not (out / "units").is_dir():
+            if (out / SUMMARY).is_file() and not (out / UNITS).is_dir():
                 raise ConfigError("resume", str(given), "is a finished run folder; there is nothing to resume")
-            if out.is_dir() and (out / "units").is_dir() and not path.exists():
+            if out.is_dir() and (out / UNITS).is_dir() and not path.exists():
                 raise ConfigError("resume", str(given), "is a finished run folder; there is nothing to resume")
             raise ConfigError("resume", str(given), "is not an unfinished turnout run folder (no "
                                                     f"{path.name}/ with a lock); give the folder `turnout run` wrote")
@@ -192,11 +204,11 @@ class RunFolder:
 
     # ---- contents ----------------------------------------------------------------------------------
     def unit_dir(self, index: int, variant: str, seed: int) -> Path:
-        return self.path / "units" / f"v{index:02d}-{slug(variant)}" / f"seed-{seed}"
+        return unit_path(self.path, index, variant, seed)
 
     @property
     def logs(self) -> Path:
-        return self.path / "logs"
+        return self.path / LOGS
 
     def write_json(self, name: str, doc) -> None:
         atomic_write_text(self.path / name, json.dumps(doc, indent=2, sort_keys=False) + "\n")

@@ -22,8 +22,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from .errors import ConfigError, DataError
-from .recorders.base import read_run_table
+from ..core.errors import ConfigError, DataError
+from ..recorders.base import read_run_table
+from ..runs.rundir import CONFIG, SUMMARY, UNIT_GLOB, UNIT_IDENTITY, UNIT_ROWS, UNIT_SUMMARY, UNITS
+from ..runs.unit import read_rows
 
 #: which way is better, for bolding the best entry of a column
 LOWER_IS_BETTER = {"best_loss", "final_loss", "bytes_up", "bytes_down", "bytes_down_to_target", "bytes_up_to_target",
@@ -54,19 +56,19 @@ def load_runs(folder: Path) -> dict:
     """``summary.json`` of a run folder; for an unfinished one (``DIR.partial``), its finished units'
     summaries plus ``incomplete``: the units still running or interrupted, with their rounds on disk."""
     folder = Path(folder)
-    path = folder / "summary.json"
+    path = folder / SUMMARY
     if path.is_file():
         return json.loads(path.read_text())
-    units = folder / "units"
+    units = folder / UNITS
     if not units.is_dir():
         raise DataError(f"{folder}: not a turnout run folder (no summary.json, no units/); run `turnout run` first")
     import yaml
 
-    config = yaml.safe_load((folder / "config.yaml").read_text()) if (folder / "config.yaml").is_file() else {}
+    config = yaml.safe_load((folder / CONFIG).read_text()) if (folder / CONFIG).is_file() else {}
     runs, on_disk = [], {}
     for unit in sorted(units.glob("*/seed-*")):
-        if (unit / "summary.json").is_file():
-            runs.append(json.loads((unit / "summary.json").read_text()))
+        if (unit / UNIT_SUMMARY).is_file():
+            runs.append(json.loads((unit / UNIT_SUMMARY).read_text()))
         else:
             ident = _identity(unit)
             on_disk[(ident.get("variant"), ident.get("seed"))] = len(_unit_rows(unit))
@@ -79,23 +81,21 @@ def load_runs(folder: Path) -> dict:
 
 
 def _unit_rows(unit: Path) -> list[dict]:
-    from .unit import read_rows
-
-    return read_rows(unit / "rounds.jsonl")
+    return read_rows(unit / UNIT_ROWS)
 
 
 def _identity(unit: Path) -> dict:
-    path = unit / "unit.json"
+    path = unit / UNIT_IDENTITY
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def _rows(folder: Path):
     """Every round's row of a run folder: its rounds table when finished (whichever recorder wrote it),
     the units' streamed rows otherwise."""
-    if (folder / "summary.json").is_file() or not (folder / "units").is_dir():
+    if (folder / SUMMARY).is_file() or not (folder / UNITS).is_dir():
         yield from read_run_table(folder, "rounds")
         return
-    for unit in sorted((folder / "units").glob("*/seed-*")):
+    for unit in sorted((folder / UNITS).glob(UNIT_GLOB)):
         ident = _identity(unit)
         for row in _unit_rows(unit):
             yield {"variant": ident.get("variant"), "seed": ident.get("seed"), **row}
@@ -103,7 +103,7 @@ def _rows(folder: Path):
 
 def load_targets(folder: Path) -> dict[str, float | None] | None:
     """Each variant's ``eval.target_accuracy`` from the run folder's ``config.yaml`` (None: no readable config)."""
-    path = Path(folder) / "config.yaml"
+    path = Path(folder) / CONFIG
     try:
         cfg = yaml.safe_load(path.read_text()) if path.is_file() else None
     except (OSError, yaml.YAMLError):

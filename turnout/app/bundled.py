@@ -14,7 +14,7 @@ import difflib
 from importlib import resources
 from pathlib import Path
 
-from .errors import ConfigError
+from ..core.errors import ConfigError
 
 SUFFIX = ".yaml"
 #: Prefix a checkout's paths carry (``experiments/quickstart.yaml``): accepted as the bundled name too.

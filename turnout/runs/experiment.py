@@ -5,8 +5,8 @@ the same initial model, the same device profiles and the same availability draws
 of them come from (seed, purpose) streams that no variant consumes differently. Datasets are
 built once per (data config, seed) and shared.
 
-Each (variant, seed) is a *unit* (:mod:`turnout.unit`) with its own place in the run folder
-(:mod:`turnout.rundir`): rows stream to disk as rounds finish, checkpoints are taken as the run
+Each (variant, seed) is a *unit* (:mod:`turnout.runs.unit`) with its own place in the run folder
+(:mod:`turnout.runs.rundir`): rows stream to disk as rounds finish, checkpoints are taken as the run
 goes, a finished unit is never recomputed, and the experiment's tables and plots are built from
 what is on disk once every unit is done (:func:`finalize`). Interrupted (Ctrl-C, SIGTERM, a
 crash), ``turnout resume DIR`` continues every unfinished unit from its last checkpoint.
@@ -20,118 +20,22 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import yaml
 
-from .baselines import centralized_accuracy
-from .config.loader import ResolvedExperiment
-from .data.federated import FederatedDataset
-from .engine import build_model
-from .environment import version_changes, versions
-from .errors import ConfigError, ConfigWarning, DataError, TurnoutError
-from .metrics import comparison_rows, cumulate
-from .plots import plot_accuracy
-from .preflight import check_resources
+from ..config.loader import ResolvedExperiment
+from ..core.environment import version_changes
+from ..core.errors import ConfigError, ConfigWarning, TurnoutError
+from ..core.metrics import comparison_rows, cumulate
+from ..recorders.base import rows_to_columns
+from ..recorders.plots import plot_accuracy
+from ..sim import plugins
+from ..sim.system_only import PROXY_NOTE
+from .plan import Plan, check_buildable, prepare, units_of, versions
 from .progress import ProgressBar
-from .recorders.base import rows_to_columns
-from .rundir import RunFolder, atomic_write_text
+from .rundir import CONFIG, EXPERIMENT, SCRATCH, SUMMARY, UNIT_ROWS, RunFolder, atomic_write_text
+from .sweep import BACKENDS, Backend, SweepState, UnitsFailed, pending_jobs
 from .unit import StopFlag, jsonable, read_clients, read_rows, read_summary
-
-
-@dataclass
-class Plan:
-    """Validated experiment: variants, seeds and the datasets they need (already built)."""
-
-    name: str
-    variants: list[ResolvedExperiment]
-    seeds: list[int]
-    datasets: dict[tuple[str, int], FederatedDataset]
-
-    def dataset_for(self, exp: ResolvedExperiment, seed: int) -> FederatedDataset:
-        return self.datasets[(_data_key(exp), seed)]
-
-    @property
-    def total_rounds(self) -> int:
-        return sum(v.config.rounds for v in self.variants) * len(self.seeds)
-
-
-def _data_key(exp: ResolvedExperiment) -> str:
-    return json.dumps(exp["data"].as_dict(), sort_keys=True)
-
-
-def require_shared_seeds(variants: list[ResolvedExperiment]) -> None:
-    """Variants are compared seed by seed on the same populations, so they must run the same seeds."""
-    base = variants[0].config
-    for v in variants:
-        if v.config.seeds != base.seeds:
-            raise ConfigError(f"variants[{v.variant}].seeds", v.config.seeds,
-                              "variants must share the experiment's seeds (compare on the same populations)")
-
-
-def prepare(variants: list[ResolvedExperiment]) -> Plan:
-    """Build each distinct dataset once per seed (data errors surface here, before any output)."""
-    check_resources(variants)
-    require_shared_seeds(variants)
-    base = variants[0].config
-    datasets: dict[tuple[str, int], FederatedDataset] = {}
-    fits: set[tuple[str, str]] = set()
-    for v in variants:
-        key = _data_key(v)
-        comp = v["data"]
-        for seed in base.seeds:
-            if (key, seed) not in datasets:
-                try:
-                    datasets[(key, seed)] = comp.cls.build(comp.cfg, seed)
-                except ConfigError as exc:  # a dataset names keys relative to its own block
-                    raise ConfigError(f"{_where(variants, v)}data.{exc.key}", exc.value, exc.allowed) from None
-            n = datasets[(key, seed)].num_clients
-            if n == 0:
-                raise DataError(f"dataset {comp.name!r} produced no clients; check its options")
-            model_key = (json.dumps(v["model"].as_dict(), sort_keys=True), key)
-            if model_key not in fits:
-                _check_model_fits(v, datasets[(key, seed)], seed, _where(variants, v))
-                fits.add(model_key)
-    return Plan(base.name, variants, list(base.seeds), datasets)
-
-
-def _where(variants: list[ResolvedExperiment], v: ResolvedExperiment) -> str:
-    """Key prefix naming the variant in errors (none for an experiment without variants)."""
-    return "" if len(variants) == 1 and v.variant == "base" else f"variants[{v.variant}]."
-
-
-def _check_model_fits(exp: ResolvedExperiment, data: FederatedDataset, seed: int, where: str) -> None:
-    """Build the model and run it on two training samples: a model that does not fit the data is a config error."""
-    comp = exp["model"]
-    try:
-        module = build_model(exp, data, seed).module.eval()
-        with torch.no_grad():
-            out = module(torch.from_numpy(np.ascontiguousarray(data.x_train[:2])))
-    except (ValueError, IndexError, RuntimeError, TypeError) as exc:
-        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"{where}model.name", comp.name, f"does not fit dataset {data.name!r} "
-                          f"(input_shape {tuple(data.input_shape)}, {data.num_classes} classes): {why}") from None
-    if out.shape[-1] != data.num_classes:
-        raise ConfigError(f"{where}model.name", comp.name,
-                          f"outputs {out.shape[-1]} scores but dataset {data.name!r} has {data.num_classes} classes")
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One (variant, seed) of a plan, with its place in the run folder's ``units/``."""
-
-    index: int  # the variant's position in the experiment
-    exp: ResolvedExperiment
-    seed: int
-
-    @property
-    def variant(self) -> str:
-        return self.exp.variant
-
-
-def units_of(plan: Plan) -> list[Unit]:
-    """The plan's units in run order: variant by variant, seed by seed."""
-    return [Unit(i, exp, seed) for i, exp in enumerate(plan.variants) for seed in plan.seeds]
 
 
 class RunInterrupted(TurnoutError):
@@ -149,8 +53,6 @@ class RunInterrupted(TurnoutError):
 def resolved_config(plan: Plan) -> dict:
     """What ``config.yaml`` holds: every variant's resolved config, the seeds, the versions and the plugins
     (module, file, sha256 of each)."""
-    from . import plugins
-
     return {"turnout": versions(), "name": plan.name, "seeds": plan.seeds,
             "plugins": plugins.records(plan.variants[0].config.plugins),
             "variants": {v.variant: v.as_dict() for v in plan.variants}}
@@ -158,24 +60,12 @@ def resolved_config(plan: Plan) -> dict:
 
 def start_folder(folder: RunFolder, plan: Plan, experiment: dict) -> None:
     """Record what is being run: the experiment as given (for resume) and the resolved config."""
-    folder.write_json("experiment.json", experiment)
-    atomic_write_text(folder.path / "config.yaml", yaml.safe_dump(resolved_config(plan), sort_keys=False))
-
-
-def _centralized(unit: Unit, data: FederatedDataset, cache: dict) -> float | None:
-    exp = unit.exp
-    if not exp.config.eval.centralized_baseline or exp.config.no_train:
-        return None
-    key = (_data_key(exp), json.dumps(exp["model"].as_dict(), sort_keys=True), exp.train.model_dump_json(),
-           exp.config.eval.centralized_epochs, unit.seed)
-    if key not in cache:
-        cache[key], _ = centralized_accuracy(build_model(exp, data, unit.seed), data, exp.train,
-                                             exp.config.eval.centralized_epochs, unit.seed, exp.config.eval.batch_size)
-    return cache[key]
+    folder.write_json(EXPERIMENT, experiment)
+    atomic_write_text(folder.path / CONFIG, yaml.safe_dump(resolved_config(plan), sort_keys=False))
 
 
 @dataclass
-class _UnitTables:
+class UnitTables:
     """A finished unit read back from disk (what the plots and tables are built from)."""
 
     variant: str
@@ -185,17 +75,17 @@ class _UnitTables:
     summary: dict
 
 
-def read_units(plan: Plan, folder: RunFolder) -> list[_UnitTables]:
+def read_units(plan: Plan, folder: RunFolder) -> list[UnitTables]:
     out = []
     for unit in units_of(plan):
         d = folder.unit_dir(unit.index, unit.variant, unit.seed)
-        rows = read_rows(d / "rounds.jsonl")
+        rows = read_rows(d / UNIT_ROWS)
         cumulate(rows)
-        out.append(_UnitTables(unit.variant, unit.seed, rows, read_clients(d), read_summary(d)))
+        out.append(UnitTables(unit.variant, unit.seed, rows, read_clients(d), read_summary(d)))
     return out
 
 
-def tables(units: list[_UnitTables]) -> dict[str, dict[str, list]]:
+def tables(units: list[UnitTables]) -> dict[str, dict[str, list]]:
     """``rounds``, ``clients`` and ``comparison`` as columns, from units read back from disk.
 
     The run folder's tables and :func:`turnout.load`'s DataFrames are both made here, so they
@@ -224,32 +114,17 @@ def finalize(plan: Plan, folder: RunFolder) -> dict:
     summary = {"name": plan.name, "versions": versions(), "runs": summaries,
                "variants": [r for r in comparison_rows(summaries) if r["seed"] == "mean"]}
     if plan.variants[0].config.no_train:
-        from .system_only import PROXY_NOTE
-
         summary["system_only"] = PROXY_NOTE
-    atomic_write_text(work / "summary.json", json.dumps(jsonable(summary), indent=2) + "\n")
+    atomic_write_text(work / SUMMARY, json.dumps(jsonable(summary), indent=2) + "\n")
     if plan.variants[0].config.output.plots and not plan.variants[0].config.no_train:
         plot_accuracy(units, work, plan.name)
     for u in units_of(plan):
-        shutil.rmtree(folder.unit_dir(u.index, u.variant, u.seed) / "scratch", ignore_errors=True)
+        shutil.rmtree(folder.unit_dir(u.index, u.variant, u.seed) / SCRATCH, ignore_errors=True)
     folder.complete()
     return summary
 
 
 # ---- starting and resuming -------------------------------------------------------------------------
-def check_buildable(plan: Plan) -> None:
-    """Build every simulation once (model init and population arrays: cheap), so that checks needing
-    the dataset — e.g. K <= number of clients — fail before any unit runs."""
-    from .engine import Simulation
-
-    for exp in plan.variants:
-        for seed in plan.seeds:
-            try:
-                Simulation(exp, plan.dataset_for(exp, seed), seed).close()
-            except ConfigError as exc:
-                raise ConfigError(_where(plan.variants, exp) + exc.key, exc.value, exc.allowed) from None
-
-
 def first_difference(a, b, path: str = "") -> str | None:
     """The first dotted key at which two config trees differ (``None`` when equal)."""
     if isinstance(a, dict) and isinstance(b, dict):
@@ -271,8 +146,8 @@ def open_resume(given: Path, expected_variants: list[ResolvedExperiment] | None,
     """
     folder = RunFolder.reopen(given)
     try:
-        stored = folder.read_json("experiment.json")
-        config = yaml.safe_load((folder.path / "config.yaml").read_text())
+        stored = folder.read_json(EXPERIMENT)
+        config = yaml.safe_load((folder.path / CONFIG).read_text())
         saved = config["variants"]
     except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
         folder.release()
@@ -300,8 +175,6 @@ def open_resume(given: Path, expected_variants: list[ResolvedExperiment] | None,
 
 def _same_plugins(recorded: list[dict], specs: list[str]) -> None:
     """A resumed run must load the plugin files it started with (their sha256 are in ``config.yaml``)."""
-    from . import plugins
-
     for i, (was, now) in enumerate(zip(recorded, plugins.records(specs))):
         if was.get("sha256") != now["sha256"]:
             before, after = str(was.get("sha256"))[:12], now["sha256"][:12]
@@ -335,7 +208,7 @@ def select_variants(variants: list[ResolvedExperiment], only: list[str] | None) 
 
 
 @dataclass
-class Opened:
+class OpenExperiment:
     """An experiment ready to run: its plan (datasets built) and its locked run folder."""
 
     plan: Plan
@@ -345,7 +218,7 @@ class Opened:
 
 
 def open_experiment(variants: list[ResolvedExperiment] | None, experiment: dict | None, out: Path | None = None,
-                    resume: Path | None = None, expand=None) -> Opened:
+                    resume: Path | None = None, expand=None) -> OpenExperiment:
     """Create (``out``) or reopen (``resume``) the run folder of an experiment and prepare its plan.
 
     ``experiment`` is ``{"raw": dict, "overrides": {key: value}, "only": [names] | None}``: what resume
@@ -355,7 +228,7 @@ def open_experiment(variants: list[ResolvedExperiment] | None, experiment: dict 
         folder, variants = open_resume(resume, variants, expand)
         try:
             plan = prepare(variants)
-            return Opened(plan, folder, folder.read_json("experiment.json"), created=False)
+            return OpenExperiment(plan, folder, folder.read_json(EXPERIMENT), created=False)
         except BaseException:
             folder.release()
             raise
@@ -367,14 +240,54 @@ def open_experiment(variants: list[ResolvedExperiment] | None, experiment: dict 
     except BaseException:
         folder.discard()
         raise
-    return Opened(plan, folder, experiment, created=True)
+    return OpenExperiment(plan, folder, experiment, created=True)
 
 
-def run_opened(opened: list[Opened], backend=None, progress: ProgressBar | None = None,
+def run_sweep(experiments: list, backend: Backend, stop: StopFlag, progress=None) -> list[dict]:
+    """Run every unfinished unit of ``experiments`` ((plan, folder, experiment dict) each) on ``backend``,
+    then build each experiment's tables; returns their summaries.
+
+    Raises :class:`UnitsFailed` when units failed (the rest is kept) and
+    :class:`RunInterrupted` when ``stop`` was requested.
+    """
+    jobs, sinks = pending_jobs(experiments, stop)
+    state = SweepState(sinks)
+    if progress is not None:
+        every = {(e, i): (f"{u.variant} s{u.seed}", u.exp.config.rounds)
+                 for e, (plan, _, _) in enumerate(experiments) for i, u in enumerate(units_of(plan))}
+        progress.start(every, set(every) - {j.key for j in jobs})
+    prepared = {(e, i): (u.exp, plan.dataset_for(u.exp, u.seed))
+                for e, (plan, _, _) in enumerate(experiments) for i, u in enumerate(units_of(plan))}
+    backend.run(jobs, state, stop, progress, resolve=lambda job: prepared[job.key])
+    for sink in sinks.values():
+        sink.close()
+    folders = [folder for _, folder, _ in experiments]
+    if state.failed:
+        labels = {j.key: j.label for j in jobs}
+        raise UnitsFailed({labels[k]: why for k, why in state.failed.items()}, [f.path for f in folders])
+    if stop.requested or state.stopped:
+        total = sum(len(units_of(plan)) for plan, _, _ in experiments)
+        unfinished = [j for j in jobs if j.key not in state.done]
+        checkpointed = [f"{j.label} checkpointed at round {state.stopped[j.key][0]}/{state.stopped[j.key][1]}"
+                        for j in unfinished if j.key in state.stopped]
+        raise RunInterrupted(folders, stop, total - len(unfinished), total, checkpointed)
+    return [finalize(plan, folder) for plan, folder, _ in experiments]
+
+
+def make_backend(name: str, jobs: int = 1, retries: int = 2, address: str | None = None):
+    """The backend for ``--backend NAME --jobs N`` (``inline`` when one local job)."""
+    if name == "local":
+        name = "inline" if jobs <= 1 else "processes"
+    if name == "ray":
+        from . import ray_backend  # noqa: F401  # optional extra: registers "ray" (a missing Ray is a one-line error there)
+    if name not in BACKENDS:
+        raise ConfigError("--backend", name, f"choose one of: local, {', '.join(sorted(BACKENDS))}")
+    return BACKENDS[name](jobs=jobs, retries=retries, address=address)
+
+
+def run_opened(opened: list[OpenExperiment], backend=None, progress: ProgressBar | None = None,
                stop: StopFlag | None = None) -> list[tuple[Path, dict]]:
     """Run every unit of the opened experiments as one sweep; returns (run folder, summary) per experiment."""
-    from .sweep import make_backend, run_sweep
-
     torch.set_num_threads(opened[0].plan.variants[0].config.runtime.torch_threads)
     try:
         summaries = run_sweep([(o.plan, o.folder, o.experiment) for o in opened], backend or make_backend("inline"),

@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import rng as rngmod
-from .data.federated import FederatedDataset
-from .models.flat import FlatModel
-from .training.config import TrainConfig
-from .training.local_sgd import LocalTrainer, evaluate
+from ..config.train import TrainConfig
+from ..core import rng as rngmod
+from ..data.federated import FederatedDataset
+from ..models.flat import FlatModel
+from ..training.local_sgd import LocalTrainer, evaluate
 
 
 def centralized_accuracy(model: FlatModel, data: FederatedDataset, train: TrainConfig, epochs: int, seed: int,

@@ -7,7 +7,7 @@ the registries and the combination rules (:data:`RULES`) to the generic validato
 one simulation's components from a resolved experiment, letting a caller inject any of them
 (a test's hand-written selector, a notebook's own algorithm). The catalogue also names the
 top-level lists of components (``loggers``) and imports an experiment's plugins
-(:mod:`turnout.plugins`) before its blocks are validated.
+(:mod:`turnout.sim.plugins`) before its blocks are validated.
 """
 
 from __future__ import annotations
@@ -17,76 +17,17 @@ import importlib
 import importlib.util
 import inspect
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from pydantic import BaseModel
-
-from .config.loader import Component, ResolvedExperiment
-from .config.loader import expand as _expand
-from .config.loader import load_experiment as _load
-from .config.schema import EvalConfig, OutputConfig, RuntimeConfig
-from .errors import ConfigError
-from .registry import Registry
-from .training.config import LRSchedule, TrainConfig
-
-
-@dataclass(frozen=True)
-class Seam:
-    """One simulation concern: its config block, where its components live, how one is built."""
-
-    key: str
-    package: str
-    registry: str
-    receives: str  # the constructor's arguments, as `turnout list` documents them
-
-    def load(self) -> Registry:
-        return getattr(importlib.import_module(self.package), self.registry)
-
-
-#: Every seam, in the order its block is validated (and written to ``config.yaml``).
-SEAMS: tuple[Seam, ...] = (
-    Seam("data", "turnout.data", "DATASETS", "build(cfg, seed) → FederatedDataset"),
-    Seam("model", "turnout.models", "MODELS", "build(cfg, input_shape, num_classes) → torch.nn.Module"),
-    Seam("algorithm", "turnout.algorithms", "ALGORITHMS", "(cfg, AlgorithmContext)"),
-    Seam("selector", "turnout.selectors", "SELECTORS", "(cfg, WorldContext)"),
-    Seam("availability", "turnout.availability", "AVAILABILITY", "(cfg, WorldContext)"),
-    Seam("devices", "turnout.devices", "DEVICES", "(cfg); .profiles(num_clients, seed) → DeviceProfiles"),
-    Seam("round_mode", "turnout.round_modes", "ROUND_MODES", "(cfg)"),
-    Seam("compressor", "turnout.compressors", "COMPRESSORS", "(cfg, dim, seed, store, layout)"),
-    Seam("executor", "turnout.executors", "EXECUTORS", "(cfg)"),
-    Seam("recorder", "turnout.recorders", "RECORDERS", "(cfg)"),
-)
-
-
-@cache
-def registries() -> dict[str, Registry]:
-    """Config key → registry for every seam (imports the component packages so they register)."""
-    return {s.key: s.load() for s in SEAMS}
-
-
-@cache
-def component_lists() -> dict[str, Registry]:
-    """Top-level keys that hold a list of components, not one: ``loggers: [tensorboard, mlflow]``."""
-    from .loggers import LOGGERS
-
-    return {"loggers": LOGGERS}
-
-
-@cache
-def listed_registries() -> dict[str, Registry]:
-    """What ``turnout list`` names: every seam, the partitioners that pooled datasets take, the loggers."""
-    from .data.registry import PARTITIONERS
-
-    return {**registries(), "data.partition": PARTITIONERS, **component_lists()}
-
-
-#: The blocks of an experiment that are not components (no ``name`` to choose): their key → options model.
-BLOCKS: dict[str, type[BaseModel]] = {
-    "train": TrainConfig, "train.lr_schedule": LRSchedule, "eval": EvalConfig, "runtime": RuntimeConfig,
-    "output": OutputConfig,
-}
+from ..config.loader import Component, ResolvedExperiment
+from ..config.loader import expand as _expand
+from ..config.loader import load_experiment as _load
+from ..core.errors import ConfigError
+from ..core.registry import Registry
+from ..models.registry import model_traits
+from . import plugins
+from .catalogue import component_lists, registries
 
 
 # ---- combination rules -----------------------------------------------------------------------
@@ -113,8 +54,6 @@ def plain_sgd_for_inverting_rules(exp: ResolvedExperiment, prefix: str) -> None:
 
 def executor_trains_model_exactly(exp: ResolvedExperiment, prefix: str) -> None:
     """An executor must train the model exactly as the sequential reference does (its declared capabilities)."""
-    from .models.registry import model_traits
-
     ex, model = exp["executor"], exp["model"]
     traits = model_traits(model.cls, model.cfg)
     if traits.running_stats and not ex.cls.trains_running_stats:
@@ -144,9 +83,9 @@ def system_only_components(exp: ResolvedExperiment, prefix: str) -> None:
         return
     for seam in TRAINING_SEAMS:
         comp = exp[seam]
-        why = getattr(comp.cls, "needs_training", "")
+        why = comp.cls.needs_training
         if why:
-            ok = [name for name, cls in registries()[seam] if not getattr(cls, "needs_training", "")]
+            ok = [name for name, cls in registries()[seam] if not cls.needs_training]
             raise ConfigError(f"{prefix}{seam}.name", comp.name, f"{why}, so it needs a trained model; without "
                                                                  f"training (--no-train) use one of: {', '.join(ok)}")
 
@@ -164,7 +103,7 @@ def extras_installed(exp: ResolvedExperiment, prefix: str) -> None:
     chosen = [(f"{prefix}executor.name", exp["executor"])]
     chosen += [(f"{prefix}loggers[{i}].name", comp) for i, comp in enumerate(exp.loggers)]
     for key, comp in chosen:
-        for module, extra in getattr(comp.cls, "requires", ()):
+        for module, extra in comp.cls.requires:
             if _missing(module):
                 raise ConfigError(key, comp.name, f"needs {module}, which is not installed: "
                                                   f"pip install 'turnout[{extra}]'")
@@ -186,8 +125,6 @@ class _Catalogue:
         return component_lists()
 
     def load_plugins(self, specs: Any) -> None:
-        from . import plugins
-
         plugins.load(specs)
 
     def check(self, exp: ResolvedExperiment, prefix: str) -> None:

@@ -40,9 +40,9 @@ from typing import Any, Iterable
 
 import torch
 
-from .config.loader import ResolvedExperiment
-from .errors import ConfigError, ConfigWarning
-from .executors.parallel import available_cores, worker_process_bytes
+from ..config.loader import ResolvedExperiment
+from ..core.errors import ConfigError, ConfigWarning
+from ..executors.parallel import available_cores, worker_process_bytes
 
 #: Model-sized float32 vectors a simulation keeps besides the cohort's (global model, server momentum
 #: or Adam moments, the coordinate ledger's int64 rounds, an evaluation copy, aggregation buffers).

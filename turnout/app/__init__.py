@@ -1,0 +1,1 @@
+"""What a person touches: the command line, the Python API, ``check`` and the results pages."""

@@ -1,0 +1,146 @@
+"""What the one round loop is handed: how a round's client work is produced and turned into a new model.
+
+The loop (:class:`turnout.sim.engine.Simulation`) is the same for a trained simulation, the
+system-only proxy (:mod:`turnout.sim.system_only`) and a deployment on real devices
+(:mod:`turnout.flower.run`): it opens the round, prices downloads, settles the lr and local steps,
+asks the round mode for its verdict, assembles the server's reports, keeps the ledger, the late
+buffer and the counters, and writes the row. A :class:`Work` decides only what differs:
+
+* :meth:`Work.train` — who computes the cohort's reports and what they upload (the executor running the
+  client rule; a count of the samples local SGD would process; instructions sent to devices);
+* :meth:`Work.aggregate` — what the server makes of the reports (the server rule; a dense change);
+* :meth:`Work.pricer` — how seconds and bytes are priced (the device model; a deployment's clock);
+* the hooks :meth:`Work.attach`, :meth:`Work.start_round`, :meth:`Work.settle`, :meth:`Work.settled`,
+  :meth:`Work.extend_row` and :meth:`Work.end`, which do nothing unless a deployment needs them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+import torch
+
+from ..core.records import ClientBatch, CohortResult, Reports, RoundClose
+from ..world.wire import WirePricer
+from .phases import Opened, Settled, Trained
+
+if TYPE_CHECKING:
+    from .engine import Simulation
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainOrder:
+    """What the loop settled for the cohort before any client works: the round's lr, each client's local
+    steps, the bytes it downloads and the round through which it was synced before (what it lacked)."""
+
+    lr: float
+    steps: np.ndarray
+    down: np.ndarray
+    synced_through: np.ndarray
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkDone:
+    """What the cohort's work produced: results, the decoded reports, and the upload bytes of each payload
+    (before the model's buffers, which the loop adds); ``replied`` marks who delivered (``None``: everyone)."""
+
+    result: CohortResult
+    decoded: torch.Tensor
+    payload_up: np.ndarray
+    replied: np.ndarray | None = None
+
+
+class Work:
+    """How a round's client work is produced and aggregated; the loop calls it, it never runs the loop."""
+
+    #: Whether a model is trained: the algorithm's client hooks run, the model is evaluated, late
+    #: reports carry update values, and the algorithm's own columns go into the row.
+    trains_model: ClassVar[bool] = True
+
+    def pricer(self, sim: Simulation) -> WirePricer:
+        """The pricer of this run's bytes and seconds (the device model, unless a deployment measures)."""
+        return WirePricer(sim.population, sim.ledger, sim.compressor, sim.algorithm.downlink_vectors,
+                          sim.model.buffer_bytes())
+
+    def attach(self, sim: Simulation) -> None:
+        """Called once, when the loop that will call this work is built."""
+
+    def start_round(self, sim: Simulation, r: int) -> float:
+        """When round ``r`` opens, in simulated seconds (a deployment may read its wall clock)."""
+        return sim.sim_time
+
+    def train(self, sim: Simulation, opened: Opened, order: TrainOrder) -> WorkDone:
+        raise NotImplementedError
+
+    def settle(self, sim: Simulation, opened: Opened, trained: Trained, verdict: RoundClose,
+               duration_s: float) -> RoundClose:
+        """The round mode's verdict as the run takes it (a deployment counts work still in flight)."""
+        return verdict
+
+    def settled(self, sim: Simulation, opened: Opened, trained: Trained, settled: Settled) -> None:
+        """Called once the round is settled, before aggregation."""
+
+    def aggregate(self, sim: Simulation, r: int, reports: Reports, trained: Trained, settled: Settled) -> int:
+        """Apply the server's step to the global model; returns how many coordinates changed."""
+        raise NotImplementedError
+
+    def extend_row(self, sim: Simulation, row: dict) -> None:
+        """Add what this kind of run measures to the round's row."""
+
+    def end(self, sim: Simulation) -> None:
+        """The run is over: stop waiting for anything still in flight."""
+
+
+class TrainedWork(Work):
+    """The simulation: the executor runs the algorithm's client rule, the compressor encodes the uploads,
+    and the algorithm's server rule and the compressor's server step make the new model."""
+
+    def train(self, sim: Simulation, opened: Opened, order: TrainOrder) -> WorkDone:
+        r, clients = opened.round, opened.clients
+        result = sim.executor.run(ClientBatch(r, clients, order.steps, order.lr, sim.params, sim.buffers, sim.seed),
+                                  sim.algorithm, sim.trainer, sim.data)
+        decoded, up = sim.compressor.encode_uploads(r, clients, result.updates)
+        up = sim.algorithm.upload_bytes(r, clients, result.updates,
+                                        np.asarray(up, dtype=np.int64) * sim.algorithm.uplink_vectors)
+        return WorkDone(result=result, decoded=decoded, payload_up=up)
+
+    def aggregate(self, sim: Simulation, r: int, reports: Reports, trained: Trained, settled: Settled) -> int:
+        old = sim.params
+        new = sim.algorithm.aggregate(r, old, reports)
+        new = old + sim.compressor.server_update(r, new - old)
+        changed = sim.ledger.record(r, (new != old).numpy())
+        sim.global_model.params = new
+        agg = settled.aggregated
+        if agg.any() and sim.buffers:
+            sim.global_model.buffers = average_buffers([trained.result.buffers[i] for i in np.flatnonzero(agg)],
+                                                       settled.weights[agg])
+        return changed
+
+
+def finite_rows(x: torch.Tensor) -> np.ndarray:
+    """Which rows of ``x`` hold only finite values: ``isfinite(x).all(1)``, without testing every element.
+
+    A row holding a NaN or an infinity sums to NaN or ±inf (IEEE propagation), so only rows whose sum
+    is not finite — such a row, or finite values whose sum overflows — are checked element by element.
+    A cohort's stacked reports are large (100 × 159,010 floats for an MLP) and this check runs every round;
+    element-wise ``isfinite`` over all of them was the driver's largest single cost in a profiled round.
+    """
+    ok = torch.isfinite(x.sum(dim=1))
+    suspect = torch.nonzero(~ok).flatten()
+    if len(suspect):
+        ok[suspect] = torch.isfinite(x[suspect]).all(dim=1)
+    return ok.numpy()
+
+
+def average_buffers(buffers: list[dict[str, torch.Tensor]], weights: np.ndarray) -> dict[str, torch.Tensor]:
+    """Weighted mean of float buffers (BatchNorm statistics); integer counters take the max."""
+    w = torch.as_tensor(weights / weights.sum() if weights.sum() > 0 else np.full(len(weights), 1 / len(weights)),
+                        dtype=torch.float32)
+    out = {}
+    for name in buffers[0]:
+        stack = torch.stack([b[name] for b in buffers])
+        out[name] = (torch.tensordot(w, stack.float(), dims=1).to(stack.dtype) if stack.is_floating_point()
+                     else stack.max(0).values)
+    return out
