@@ -88,7 +88,7 @@ BAD_SET_TEXTS = {
     "NUL": ("name=a\x00b", "--set name = 'a\\x00b': contains the character U+0000"),
     "deep": ("data=" + "[" * 1000 + "]" * 1000, "nested more than 32 levels"),
     "recursive alias": ("a=&x [*x]", "recursive"),
-    "bad date": ("a=2021-13-45", "cannot be read"),
+    "timestamp": ("a=!!timestamp 2021-13-45", "a timestamp (!!timestamp)"),  # an untagged date is text
     "5,000 digits": ("rounds=" + "9" * 5000, "cannot be read"),
     "no equals": ("rounds", "expected KEY=VALUE"),
     "not text": (5, "expected KEY=VALUE"),

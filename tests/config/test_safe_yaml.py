@@ -99,7 +99,7 @@ def test_tabs_newlines_and_unicode_are_allowed():
 @pytest.mark.parametrize("text,needle", [
     ("rounds: [1, 2\n", "not valid YAML"),
     ("a: 1\n---\nb: 2\n", "not valid YAML"),
-    ("day: 2021-13-45\n", "cannot be read"),
+    ("day: !!timestamp 2021-13-45\n", "day is a timestamp (!!timestamp)"),  # untagged, a date is text
     ("n: " + "9" * 5000 + "\n", "cannot be read"),
     ("? [a, b]\n: 1\n", "not valid YAML"),
 ])
