@@ -74,7 +74,7 @@ def run(experiment, overrides: Mapping[str, Any] | Iterable[str] | None = None, 
     from .experiment import expand_experiment, open_experiment, run_opened
     from .progress import ProgressBar
     from .rundir import check_out, default_out_dir
-    from .sweep import make_backend
+    from .sweep import make_backend, units_in
 
     if int(jobs) < 1:
         raise ConfigError("jobs", jobs, "must be >= 1")
@@ -92,7 +92,12 @@ def run(experiment, overrides: Mapping[str, Any] | Iterable[str] | None = None, 
     target = Path(out) if out is not None else default_out_dir(variants[0].config.name)
     check_out(target, "out")
     runner = make_backend(backend, int(jobs), int(retries), address)
-    opened = open_experiment(variants, doc, out=target, expand=expand)
+    runner.warm(units_in(variants))  # workers start while the datasets are built
+    try:
+        opened = open_experiment(variants, doc, out=target, expand=expand)
+    except BaseException:
+        runner.close()
+        raise
     quiet = quiet or not variants[0].config.output.progress
     with ProgressBar(disable=quiet) as bar:
         (folder, _), = run_opened([opened], runner, bar)
