@@ -410,7 +410,7 @@ class ProcessBackend(Backend):
         if attempts[job.key] <= self.retries:
             pending.insert(0, job)  # resumes from its last checkpoint
         else:
-            state.failed[job.key] = (f"its worker died {attempts[job.key]} times (the last "
+            state.failed[job.key] = (f"its worker died {attempts[job.key]} times (last: "
                                      f"{w.process.describe_exit()}); the unit's last checkpoint is kept")
 
 

@@ -136,20 +136,21 @@ class WorkerProcess:
             self._relay.join(timeout=wait_s)
         return next((line for line in reversed(self._tail) if line.strip()), "").strip()
 
-    def describe_exit(self) -> str:
-        """``exited with code 1: ModuleNotFoundError: ...`` — how it ended and its own last words."""
+    def describe_exit(self, limit: int = 160) -> str:
+        """``exited with code 1: ModuleNotFoundError: ...`` — how it ended and its own last error line, if any."""
         code = self.exitcode
         if code is None:
             how = "is not responding"
         elif code < 0:
             try:
-                how = f"was killed by {signal.Signals(-code).name}"
+                how = f"killed by {signal.Signals(-code).name}"
             except ValueError:
-                how = f"was killed by signal {-code}"
+                how = f"killed by signal {-code}"
         else:
             how = f"exited with code {code}"
         last = self.last_error()
-        return f"{how}: {last}" if last else f"{how} (it wrote no error)"
+        last = last if len(last) <= limit else last[:limit - 3] + "..."
+        return f"{how}: {last}" if last else how
 
 
 def _relay(stream, tail: collections.deque) -> None:
