@@ -186,3 +186,18 @@ def test_an_unguarded_script_is_not_what_workers_import(tmp_path):
     r = _python([str(script), str(_config(tmp_path, "small", seeds=[0], rounds=2)), str(tmp_path / "out")], tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "done"
+
+
+def test_a_free_worker_prefers_an_equally_long_unit_of_a_population_it_already_holds():
+    from turnout.sweep import UnitJob, longest_first, next_job
+
+    def job(i: int, seed: int, work: float) -> UnitJob:
+        return UnitJob((0, i), {}, f"v{i}", seed, f"/tmp/u{i}", 1, f"v{i} seed {seed}", work=work)
+
+    pending = longest_first([job(0, 0, 4.0), job(1, 1, 4.0), job(2, 0, 2.0), job(3, 1, 2.0), job(4, 1, 1.0)])
+    assert next_job(pending, {(0, 1)}).key == (0, 1)  # seed 1's baseline is cached there: same work, its unit
+    assert next_job(pending, {(0, 1)}).key == (0, 0)  # nothing of seed 1 this long is left: the longest goes
+    assert next_job(pending, {(0, 1)}).key == (0, 3)
+    assert next_job(pending, set()).key == (0, 2)
+    assert next_job(pending, {(0, 0)}).key == (0, 4)
+    assert pending == []

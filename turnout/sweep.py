@@ -294,6 +294,17 @@ class _Worker:
     process: Any
     conn: Any
     job: UnitJob | None = None
+    seen: set = field(default_factory=set)  # (experiment, seed) of the units it ran: it holds their baselines
+
+
+def next_job(pending: list[UnitJob], seen: set) -> UnitJob:
+    """The job a free worker takes: the longest pending one, preferring among equally long ones a
+    population (experiment, seed) the worker already ran — its dataset and centralised baseline are
+    cached there. Only which worker runs a unit depends on it, never the unit's numbers."""
+    head = pending[0]
+    pick = next((j for j in pending if j.work == head.work and (j.key[0], j.seed) in seen), head)
+    pending.remove(pick)
+    return pick
 
 
 @backend("processes")
@@ -353,7 +364,8 @@ class ProcessBackend(Backend):
                     pending.clear()
                 for w in workers:
                     if w.job is None and pending and not stop.requested:
-                        w.job = pending.pop(0)
+                        w.job = next_job(pending, w.seen)
+                        w.seen.add((w.job.key[0], w.job.seed))
                         attempts[w.job.key] += 1
                         w.conn.send(w.job)
                 for conn in wait([w.conn for w in workers if w.job is not None], timeout=0.2):
