@@ -92,6 +92,7 @@ def test_a_unit_whose_worker_keeps_dying_is_reported_and_the_rest_is_kept(tmp_pa
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "unit(s) failed" in lines[0] and "turnout resume" in lines[0]
+    assert "(last: killed by SIGKILL)" in lines[0]  # what happened to the worker, not a guess
     assert out.with_name("run.partial").is_dir()
 
 

@@ -22,6 +22,7 @@ from ..core.metrics import cumulate
 from ..runs.experiment import UnitTables, expand_experiment, make_backend, open_experiment, run_opened, tables
 from ..runs.progress import ProgressBar
 from ..runs.rundir import CONFIG, PARTIAL, UNIT_ROWS, check_out, default_out_dir, partial_of, unit_path
+from ..runs.sweep import units_in
 from ..runs.unit import is_done, read_clients, read_rows, read_summary
 from ..sim import plugins as plugmod
 from ..sim.composition import expand
@@ -93,7 +94,12 @@ def run(experiment, overrides: Mapping[str, Any] | Iterable[str] | None = None, 
     target = Path(out) if out is not None else default_out_dir(variants[0].config.name)
     check_out(target, "out")
     runner = make_backend(backend, int(jobs), int(retries), address)
-    opened = open_experiment(variants, doc, out=target, expand=expand)
+    runner.warm(units_in(variants))  # workers start while the datasets are built
+    try:
+        opened = open_experiment(variants, doc, out=target, expand=expand)
+    except BaseException:
+        runner.close()
+        raise
     quiet = quiet or not variants[0].config.output.progress
     with ProgressBar(disable=quiet) as bar:
         (folder, _), = run_opened([opened], runner, bar)

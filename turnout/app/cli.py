@@ -357,6 +357,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
     from ..runs.experiment import make_backend, open_experiment, run_opened
     from ..runs.progress import ProgressBar
+    from ..runs.sweep import units_in
     from ..sim.composition import expand
 
     if args.jobs < 1:
@@ -366,11 +367,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     backend = make_backend(args.backend, args.jobs, args.retries, args.address)
     specs = _run_specs(args, expand)  # validated, outputs checked: nothing is created before this succeeds
     _BOUNDARY.folder = specs[0][2] or specs[0][3]
+    backend.warm(sum(units_in(v) for v, *_ in specs if v))  # workers start while the datasets are built
     opened = []
     try:
         for variants, experiment, out, resume in specs:
             opened.append(open_experiment(variants, experiment, out=out, resume=resume, expand=expand))
     except BaseException:
+        backend.close()
         for o in opened:  # nothing has run yet: new folders go, resumed ones are released untouched
             o.folder.discard() if o.created else o.folder.release()
         raise

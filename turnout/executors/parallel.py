@@ -8,7 +8,8 @@ default ``runtime.torch_threads: 1``), whatever the number of workers or the ord
 The driver keeps everything that is not training: every client's ``client_start`` and
 ``local_objective`` run here first, in client order, then the workers train while the driver runs
 ``client_update`` in client order on the end points that have come back (the hooks read state
-that training does not change). The pool is started with the ``spawn`` method on the first round
+that training does not change). The pool is started on the first round as
+:class:`~turnout.core.worker_process.WorkerProcess` children, which never import the user's script,
 and lives until :meth:`ParallelExecutor.close`; the model is sent once, the dataset is written
 once to mapped files every worker reads, and start points, offsets, end points and gradient sums
 travel through a mapped board reused across rounds. A free worker gets a share of the clients
@@ -18,7 +19,6 @@ at the end. A worker that dies or fails stops the run with one line saying which
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import pickle
 import subprocess
@@ -33,6 +33,7 @@ from pydantic import Field
 from ..algorithms.base import Algorithm
 from ..config.base import StrictModel
 from ..core.errors import ConfigError, TurnoutError
+from ..core.worker_process import WorkerProcess
 from ..data.federated import FederatedDataset
 from ..training.local_sgd import LocalTrainer
 from . import worker as worker_module
@@ -86,19 +87,15 @@ class ParallelConfig(StrictModel):
 
 
 class WorkerPool:
-    """Spawned worker processes with a pipe each, the mapped files they read, and what they hold."""
+    """Worker processes with a pipe each, the mapped files they read, and what they hold."""
 
     def __init__(self, n: int):
-        ctx = multiprocessing.get_context("spawn")
         self.shared = SharedDir()
         self.conns, self.procs = [], []
         self._cleanup = weakref.finalize(self, _terminate, self.procs, self.shared)
         for _ in range(n):
-            parent, child = ctx.Pipe(duplex=True)
-            proc = ctx.Process(target=worker_module.main, args=(child,), daemon=True, name="turnout-worker")
-            proc.start()
-            child.close()
-            self.conns.append(parent)
+            proc = WorkerProcess(worker_module.main)
+            self.conns.append(proc.conn)
             self.procs.append(proc)
         self.trainer_ref = self.data_ref = None
         self.board: dict[str, np.ndarray] = {}
@@ -115,7 +112,7 @@ class WorkerPool:
         """The next reply among workers in ``pending`` (worker → what it is doing) as ``(worker, value)``."""
         by_conn = {self.conns[i]: i for i in pending}
         by_sentinel = {self.procs[i].sentinel: i for i in pending}
-        ready = wait(list(by_conn) + list(by_sentinel))
+        ready = wait(list({*by_conn, *by_sentinel}))  # a worker's pipe may be its sentinel too
         for obj in ready:  # replies first: a worker that answered and then exited still answered
             if obj in by_conn:
                 i = by_conn[obj]
@@ -141,10 +138,8 @@ class WorkerPool:
         """The error to raise for worker ``i``, which stopped answering while ``context``."""
         proc = self.procs[i]
         proc.join(timeout=1.0)
-        code = proc.exitcode
-        how = "is not responding" if code is None else f"exited with code {code}"
-        return WorkerError(f"executor.parallel: worker {i} (pid {proc.pid}) {how} while {context}; "
-                           "the simulation cannot continue (out of memory? lower executor.workers)")
+        return WorkerError(f"executor.parallel: worker {i} (pid {proc.pid}) {proc.describe_exit()} — while "
+                           f"{context}; the simulation cannot continue")
 
     # ---- what the workers hold ---------------------------------------------------------------
     def prepare(self, trainer: LocalTrainer, data: FederatedDataset, rows: int, dim: int, dtype: torch.dtype) -> None:

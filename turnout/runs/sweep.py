@@ -10,7 +10,8 @@ built (:func:`turnout.runs.experiment.finalize`, after :func:`turnout.runs.exper
 output does not depend on the backend or the number of workers.
 
 Backends (:data:`BACKENDS`): ``inline`` (this process; ``--jobs 1``), ``processes`` (``--jobs N``
-spawned worker processes) and ``ray`` (``--backend ray``: one Ray task per unit). A worker that
+worker processes started from turnout's own entry point, :mod:`turnout.core.worker_process`) and ``ray``
+(``--backend ray``: one Ray task per unit). A worker that
 dies fails only its unit, which is retried from its last checkpoint up to ``retries`` times, then
 reported; the rest of the sweep goes on.
 """
@@ -30,6 +31,7 @@ import torch
 
 from ..core.errors import TurnoutError
 from ..core.observers import Observer
+from ..core.worker_process import StopEvent, WorkerProcess
 from ..sim.composition import expand
 from . import faults
 from .plan import Unit, centralized_reference, data_key, units_of
@@ -123,6 +125,8 @@ class UnitsFailed(TurnoutError):
 #: worker only rebuilds: the experiment's variants once, and just the dataset of its unit's seed.
 _VARIANTS: dict[str, list] = {}  # experiment (as JSON) → its variants (a sweep has a handful of experiments)
 _DATASETS: "OrderedDict[tuple[str, int], Any]" = OrderedDict()  # (data config, seed) → dataset, newest last
+#: a worker's centralised baselines, kept across its units: computed once per population (data, model, seed)
+_CENTRAL: dict = {}
 #: datasets a worker keeps for its next units (the newest is always kept): units of one seed share one
 DATASET_CACHE_BYTES = 256 * 2**20
 
@@ -203,6 +207,14 @@ class Backend(ABC):
     def run(self, jobs: list[UnitJob], state: SweepState, stop: StopFlag, progress, resolve=rebuild) -> None:
         """Run every job (or stop when ``stop`` is requested, each running unit checkpointed)."""
 
+    def warm(self, units: int) -> None:
+        """Start what running ``units`` units will need, while the owner still prepares (default: nothing)."""
+        return None
+
+    def close(self) -> None:
+        """Let go of whatever :meth:`warm` started and :meth:`run` did not use (default: nothing)."""
+        return None
+
     @staticmethod
     def _progress(progress, job: UnitJob, kind: str, payload) -> None:
         if progress is not None and kind == "row":
@@ -232,18 +244,21 @@ class InlineBackend(Backend):
                 return
 
 
-def _worker_main(conn, stop_event, parent: int) -> None:
+def _worker_main(conn, stop_fd: int, parent: int) -> None:
     """A worker process: run the jobs it receives on ``conn`` and report back on it (signals go to the owner).
 
     Each worker has its own pipe: a worker killed half-way through sending leaves only its own pipe
-    broken, never a queue the other workers share.
+    broken, never a queue the other workers share. It imports what running a unit needs before it
+    waits for its first job, so that start-up overlaps the owner's own preparation.
     """
     import signal
     import traceback
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides: it checkpoints through stop_event
+    from ..sim import composition, engine  # noqa: F401  # warm: what the first job needs
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the owner decides: it checkpoints through stop_fd
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    stop = StopFlag(stop_event)
+    stop = StopFlag(StopEvent(stop_fd))
 
     class _OrphanGuard(Observer):
         """Stops the unit (with a checkpoint) when the owner process is gone."""
@@ -261,7 +276,7 @@ def _worker_main(conn, stop_event, parent: int) -> None:
         if job is None:
             return
         try:
-            outcome = execute(job, QueueSink(conn.send, job.key), stop, [_OrphanGuard()])
+            outcome = execute(job, QueueSink(conn.send, job.key), stop, [_OrphanGuard()], centralized=_CENTRAL)
             conn.send((job.key, "exit" if outcome.done else "stopped", (outcome.next_round, outcome.rounds)))
         except (BrokenPipeError, EOFError):
             return
@@ -275,34 +290,67 @@ class _Worker:
     process: Any
     conn: Any
     job: UnitJob | None = None
+    seen: set = field(default_factory=set)  # (experiment, seed) of the units it ran: it holds their baselines
+
+
+def next_job(pending: list[UnitJob], seen: set) -> UnitJob:
+    """The job a free worker takes: the longest pending one, preferring among equally long ones a
+    population (experiment, seed) the worker already ran — its dataset and centralised baseline are
+    cached there. Only which worker runs a unit depends on it, never the unit's numbers."""
+    head = pending[0]
+    pick = next((j for j in pending if j.work == head.work and (j.key[0], j.seed) in seen), head)
+    pending.remove(pick)
+    return pick
 
 
 @backend("processes")
 class ProcessBackend(Backend):
-    """``--jobs N`` spawned worker processes, each running one unit at a time with its own torch threads."""
+    """``--jobs N`` worker processes, each running one unit at a time with its own torch threads.
+
+    Workers are :class:`~turnout.core.worker_process.WorkerProcess` children (they never import the
+    user's script), started by :meth:`warm` as soon as the number of units is known — before the
+    owner builds its datasets — and kept for every unit of the sweep: start-up is paid once and
+    overlaps the owner's preparation. Never more workers than units.
+    """
 
     def __init__(self, jobs: int = 2, retries: int = 2, **_):
         self.workers, self.retries = max(1, int(jobs)), int(retries)
+        self._stop_event = None
+        self._warm: list[_Worker] = []
+
+    def _spawn(self) -> _Worker:
+
+        if self._stop_event is None:
+            self._stop_event = StopEvent()
+        p = WorkerProcess(_worker_main, (self._stop_event.fd, os.getpid()), fds=(self._stop_event.fd,))
+        return _Worker(p, p.conn)
+
+    def warm(self, units: int) -> None:
+        while len(self._warm) < min(self.workers, int(units)):
+            self._warm.append(self._spawn())
+
+    def close(self) -> None:
+        self._shutdown(self._warm)
+        self._warm = []
+        if self._stop_event is not None:
+            self._stop_event.close()
+            self._stop_event = None
 
     def run(self, jobs: list[UnitJob], state: SweepState, stop: StopFlag, progress, resolve=rebuild) -> None:
-        import multiprocessing as mp
         from multiprocessing.connection import wait
 
-        ctx = mp.get_context("spawn")
-        stop_event = ctx.Event()
+        if self._stop_event is None:
+
+            self._stop_event = StopEvent()
         pending = longest_first(jobs)
         attempts = {j.key: 0 for j in jobs}
-        workers: list[_Worker] = []
-
-        def spawn() -> _Worker:
-            ours, theirs = ctx.Pipe(duplex=True)
-            p = ctx.Process(target=_worker_main, args=(theirs, stop_event, os.getpid()), daemon=True,
-                            name="turnout-worker")
-            p.start()
-            theirs.close()
-            return _Worker(p, ours)
-
-        workers = [spawn() for _ in range(min(self.workers, len(jobs)))]
+        want = min(self.workers, len(jobs))
+        workers, self._warm = self._warm[:want], self._warm[want:]
+        self._shutdown(self._warm)  # warmed for units that turned out done already
+        self._warm = []
+        spawn = self._spawn
+        workers += [spawn() for _ in range(want - len(workers))]
+        stop_event = self._stop_event
         try:
             while pending or any(w.job is not None for w in workers):
                 if stop.requested and not stop_event.is_set():
@@ -310,7 +358,8 @@ class ProcessBackend(Backend):
                     pending.clear()
                 for w in workers:
                     if w.job is None and pending and not stop.requested:
-                        w.job = pending.pop(0)
+                        w.job = next_job(pending, w.seen)
+                        w.seen.add((w.job.key[0], w.job.seed))
                         attempts[w.job.key] += 1
                         w.conn.send(w.job)
                 for conn in wait([w.conn for w in workers if w.job is not None], timeout=0.2):
@@ -326,16 +375,23 @@ class ProcessBackend(Backend):
                         w.conn.close()
                         workers[i] = spawn()
         finally:
-            for w in workers:
-                try:
-                    w.conn.send(None)
-                except (BrokenPipeError, OSError):
-                    pass
-            deadline = time.time() + 10
-            for w in workers:
-                w.process.join(timeout=max(0.0, deadline - time.time()))
-                if w.process.is_alive():
-                    w.process.kill()
+            self._shutdown(workers)
+            self.close()
+
+    @staticmethod
+    def _shutdown(workers: list[_Worker]) -> None:
+        """Tell each worker to exit; kill those still there after 10 s."""
+        for w in workers:
+            try:
+                w.conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        deadline = time.time() + 10
+        for w in workers:
+            w.process.join(timeout=max(0.0, deadline - time.time()))
+            if w.process.is_alive():
+                w.process.kill()
+            w.conn.close()
 
     def _handle(self, w: _Worker, key, kind: str, payload, state: SweepState, progress) -> None:
         if kind in ("begin", "row", "finish"):
@@ -360,8 +416,8 @@ class ProcessBackend(Backend):
         if attempts[job.key] <= self.retries:
             pending.insert(0, job)  # resumes from its last checkpoint
         else:
-            state.failed[job.key] = (f"its worker died {attempts[job.key]} times (last exit code "
-                                     f"{w.process.exitcode}); the unit's last checkpoint is kept")
+            state.failed[job.key] = (f"its worker died {attempts[job.key]} times (last: "
+                                     f"{w.process.describe_exit()}); the unit's last checkpoint is kept")
 
 
 def pending_jobs(experiments: list, stop: StopFlag) -> tuple[list[UnitJob], dict]:
@@ -379,3 +435,8 @@ def pending_jobs(experiments: list, stop: StopFlag) -> tuple[list[UnitJob], dict
                                 f"{plan.name}/{unit.variant} seed {unit.seed}", rc.num_cpus, rc.num_gpus,
                                 estimated_work(unit.exp, plan.dataset_for(unit.exp, unit.seed))))
     return jobs, sinks
+
+
+def units_in(variants: list) -> int:
+    """How many units resolved ``variants`` make: every variant runs every seed."""
+    return len(variants) * len(variants[0].config.seeds) if variants else 0
