@@ -16,6 +16,7 @@ buffer and the counters, and writes the row. A :class:`Work` decides only what d
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -52,7 +53,7 @@ class WorkDone:
     replied: np.ndarray | None = None
 
 
-class Work:
+class Work(ABC):
     """How a round's client work is produced and aggregated; the loop calls it, it never runs the loop."""
 
     #: Whether a model is trained: the algorithm's client hooks run, the model is evaluated, late
@@ -64,32 +65,33 @@ class Work:
         return WirePricer(sim.population, sim.ledger, sim.compressor, sim.algorithm.downlink_vectors,
                           sim.model.buffer_bytes())
 
-    def attach(self, sim: Simulation) -> None:
+    def attach(self, sim: Simulation) -> None:  # noqa: B027 (a hook)
         """Called once, when the loop that will call this work is built."""
 
     def start_round(self, sim: Simulation, r: int) -> float:
         """When round ``r`` opens, in simulated seconds (a deployment may read its wall clock)."""
         return sim.sim_time
 
+    @abstractmethod
     def train(self, sim: Simulation, opened: Opened, order: TrainOrder) -> WorkDone:
-        raise NotImplementedError
+        """The cohort's reports: trained by the executor, priced only, or gathered from devices."""
 
     def settle(self, sim: Simulation, opened: Opened, trained: Trained, verdict: RoundClose,
                duration_s: float) -> RoundClose:
         """The round mode's verdict as the run takes it (a deployment counts work still in flight)."""
         return verdict
 
-    def settled(self, sim: Simulation, opened: Opened, trained: Trained, settled: Settled) -> None:
+    def settled(self, sim: Simulation, opened: Opened, trained: Trained, settled: Settled) -> None:  # noqa: B027 (a hook)
         """Called once the round is settled, before aggregation."""
 
+    @abstractmethod
     def aggregate(self, sim: Simulation, r: int, reports: Reports, trained: Trained, settled: Settled) -> int:
         """Apply the server's step to the global model; returns how many coordinates changed."""
-        raise NotImplementedError
 
-    def extend_row(self, sim: Simulation, row: dict) -> None:
+    def extend_row(self, sim: Simulation, row: dict) -> None:  # noqa: B027 (a hook)
         """Add what this kind of run measures to the round's row."""
 
-    def end(self, sim: Simulation) -> None:
+    def end(self, sim: Simulation) -> None:  # noqa: B027 (a hook)
         """The run is over: stop waiting for anything still in flight."""
 
 
