@@ -35,7 +35,7 @@ MOVED = {
     "engine": "sim.engine",
     "errors": "core.errors",
     "experiment": "runs.experiment",
-    "faults": "runs.faults",
+    "faults": "core.faults",
     "metrics": "core.metrics",
     "observers": "core.observers",
     "phases": "sim.phases",

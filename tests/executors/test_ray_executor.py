@@ -10,6 +10,7 @@ import copy
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from test_executor_equivalence import (
     TRAIN_CASES,
@@ -23,7 +24,7 @@ from test_executor_equivalence import (
 
 from turnout.core.errors import ConfigError
 from turnout.executors.parallel import WorkerError
-from turnout.executors.ray_actors import RayExecutor, RayExecutorConfig
+from turnout.executors.ray_actors import RayExecutor, RayExecutorConfig, balanced_chunks
 from turnout.sim.catalogue import registries
 from turnout.sim.composition import expand
 
@@ -83,8 +84,8 @@ def test_training_options_ray(case, simulate, build_simulation, ray_executor):
     assert_identical(run_with(build_simulation, raw, ray_executor), reference(simulate, raw))
 
 
-def test_actors_are_made_once_and_a_lost_actor_is_restarted_without_changing_a_number(simulate, build_simulation,
-                                                                                         local_ray):
+def test_actors_are_made_once_and_a_lost_actor_is_replaced_without_changing_a_number(simulate, build_simulation,
+                                                                                       local_ray):
     raw = {**config("scaffold"), "rounds": 4}
     ex = RayExecutor(RayExecutorConfig(actors=2, max_restarts=2))
     sim = build_simulation(raw, components={"executor": ex})
@@ -92,33 +93,54 @@ def test_actors_are_made_once_and_a_lost_actor_is_restarted_without_changing_a_n
         rows = sim.advance(until=2)
         actors = list(ex.actors)
         assert len(actors) == 2
-        ray.kill(actors[0], no_restart=False)  # as if its node went away; Ray restarts it
+        ray.kill(actors[0], no_restart=True)  # as if its node went away: its next chunk is lost
         rows += sim.advance()
-        assert ex.actors == actors  # the same handles: made once, restarted by Ray, not by us
+        assert ex.actors[1] == actors[1] and ex.actors[0] != actors[0]  # the lost one replaced, the other kept
         again = build_simulation(raw, components={"executor": ex})  # a second simulation, the same actors
         again_rows = again.advance()
         again.finish()
-        assert_identical(again.result(again_rows), reference(simulate, raw)) and ex.actors == actors
+        assert_identical(again.result(again_rows), reference(simulate, raw))
+        assert ex.actors[1] == actors[1]
         sim.finish()
         assert_identical(sim.result(rows), reference(simulate, raw))
-        assert sim.executor.summary() == {"ray_actors": 2}
+        assert sim.executor.summary() == {"ray_actors": 2, "ray_nodes": 1, "ray_actors_lost": 1}
     finally:
         sim.release()
     assert ex.actors == []
 
 
-def test_an_actor_that_cannot_come_back_is_one_line(build_simulation, local_ray):
+def test_an_actor_lost_more_often_than_allowed_is_one_line(build_simulation, local_ray):
     ex = RayExecutor(RayExecutorConfig(actors=1, max_restarts=0))
     sim = build_simulation({**config(), "rounds": 3}, components={"executor": ex})
     try:
         sim.advance(until=1)
         ray.kill(ex.actors[0], no_restart=True)
         with pytest.raises(WorkerError, match=r"^executor.ray: actor 0 was lost while training round 1's clients "
-                                              r"\[.*\] and could not be restarted .*raise executor.max_restarts"):
+                                              r"\[.*\], 1 time\(s\) for these clients \(\w+\); raise "
+                                              r"executor.max_restarts or check the cluster$"):
             sim.advance()
         assert ex.actors == []  # a failed set of actors is not reused
     finally:
         sim.release()
+
+
+def test_chunks_cut_the_cohort_by_local_steps_into_contiguous_non_empty_ranges():
+    def cut(steps, parts):
+        return [list(r) for r in balanced_chunks(np.array(steps, dtype=np.int64), parts)]
+
+    assert cut([5] * 10, 2) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    assert cut([1, 1, 1, 10], 2) == [[0, 1, 2], [3]]  # the heavy client alone
+    assert cut([10, 1, 1, 1], 2) == [[0], [1, 2, 3]]
+    assert cut([2, 1, 9, 1, 1, 1], 3) == [[0, 1], [2], [3, 4, 5]]
+    assert cut([1] * 7, 7) == [[i] for i in range(7)]
+    assert cut([3], 4) == [[0]] and cut([], 2) == []
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        steps = rng.integers(0, 50, rng.integers(1, 40))
+        parts = int(rng.integers(1, 12))
+        chunks = balanced_chunks(steps, parts)
+        assert len(chunks) == min(parts, len(steps)) and all(len(c) for c in chunks)
+        assert [i for c in chunks for i in c] == list(range(len(steps)))
 
 
 class _Slots:
@@ -148,7 +170,8 @@ def test_gpu_shares_beyond_the_cluster_are_refused(local_ray):
 
 
 def test_options_are_checked_at_validation():
-    for bad in ({"actors": 0}, {"cpus_per_actor": 0}, {"gpus_per_actor": -1}, {"bogus": 1}):
+    for bad in ({"actors": 0}, {"cpus_per_actor": 0}, {"gpus_per_actor": -1}, {"chunks_per_actor": 0},
+                {"start_timeout_s": 0}, {"bogus": 1}):
         with pytest.raises(ConfigError) as err:
             expand(config(executor={"name": "ray", **bad}))
         assert err.value.key == f"executor.{next(iter(bad))}"

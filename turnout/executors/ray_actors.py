@@ -1,32 +1,44 @@
 """Fan a cohort's clients out over Ray actors: many cores, many GPUs, many machines.
 
 For a cohort that outgrows one machine (thousands of clients a round, or a large model), each
-actor holds the model and the dataset — put into Ray's object store once per simulation, so an
-actor on the driver's node maps it without a copy; actors are started once and serve simulation
-after simulation — and trains the clients it is sent with the
+actor holds the model and the dataset — put into Ray's object store once per simulation and loaded
+by each actor once, so an actor on the driver's node maps it without a copy; actors are started
+once and serve simulation after simulation — and trains the clients it is sent with the
 sequential executor's trainer on one torch thread and the client's own (seed, "batches", round,
 client) stream, so the numbers are bitwise those of ``executor: sequential``, whatever the number
 of actors, the nodes or the order they finish. As with the parallel executor, the algorithm's
-hooks stay in the driver (:mod:`turnout.executors.cohort`); a free actor gets a shrinking share
-of the clients left.
+hooks stay in the driver (:mod:`turnout.executors.cohort`).
+
+What a round costs besides training (measured by ``bench/executors.py --ray``, docs/cluster.md): the
+cohort is cut into ``actors × chunks_per_actor`` contiguous chunks of about equal local steps, so an
+actor gets one call a round by default, not one per client; the global model travels inside that
+call when it is small (at most :data:`INLINE_BYTES`: a Ray object-store round trip to another node
+costs ~10 ms, more than copying a small model) and is put into the object store once per round,
+for every actor to map, when it is larger.
 
 Where actors train: ``gpus_per_actor > 0`` asks Ray for that share of a GPU per actor
 (``0.25``: four actors per GPU) and trains on it; otherwise on the CPU slots
 ``cpus_per_actor`` asks for. ``runtime.device`` is the driver's device; with CUDA there, set
 ``gpus_per_actor`` (refused otherwise, naming the fix).
 
-Training is a pure function of what an actor is sent, so a lost actor is restarted by Ray and its
-clients trained again (``max_restarts``) without changing a number. The executor joins the Ray
-this process is connected to (a sweep's Ray task, a notebook's ``ray.init``), else the cluster at
-``address``, else starts a local Ray for the run and stops it when the run ends.
+Losing actors (a node removed, a worker killed): training is a pure function of what an actor is
+sent, so a lost actor's chunk goes back to the queue and is trained again by whichever actor is
+free — the numbers do not change — and a replacement actor is asked for, which Ray starts on any
+node with a free slot and which joins as soon as it is up (the round does not wait for it). A chunk
+lost more than ``max_restarts`` times, or a round with no actor left and none starting within
+``start_timeout_s``, stops the run with one line. The executor joins the Ray this process is
+connected to (a sweep's Ray task, a notebook's ``ray.init``), else the cluster at ``address``, else
+starts a local Ray for the run and stops it when the run ends.
 
 Ray is an optional extra shared with the sweep backend: ``pip install 'turnout[ray]'``.
 """
 
 from __future__ import annotations
 
+import time
 import warnings
 import weakref
+from collections import deque
 
 import numpy as np
 import torch
@@ -34,13 +46,19 @@ from pydantic import Field
 
 from ..algorithms.base import Algorithm
 from ..config.base import StrictModel
+from ..core import faults
 from ..core.errors import ConfigError
 from ..data.federated import FederatedDataset
 from ..models.flat import FlatModel
 from ..training.local_sgd import LocalTrainer
 from .base import EXECUTORS, ClientBatch, CohortResult, Executor
-from .cohort import InOrderUpdates, chunk_size, empty_result, prepare, train_client
+from .cohort import InOrderUpdates, empty_result, prepare, train_client
 from .parallel import WorkerError
+
+#: a global model of at most this many bytes travels inside each actor call; a larger one is put into
+#: the object store once per round (measured on a two-node local cluster: by value 1.8 ms for 0.5 KB and
+#: 3.6 ms for 80 KB, through the object store ~10 ms whatever the size up to 0.8 MB)
+INLINE_BYTES = 256 << 10
 
 
 class RayExecutorConfig(StrictModel):
@@ -50,19 +68,20 @@ class RayExecutorConfig(StrictModel):
     cpus_per_actor: float = Field(1.0, gt=0.0, le=256.0, description="CPU slots each actor asks Ray for")
     gpus_per_actor: float = Field(0.0, ge=0.0, le=16.0, description="GPU share each actor asks for (0.25: four "
                                                                     "actors per GPU); > 0 trains on that GPU")
-    max_restarts: int = Field(2, ge=0, le=100, description="times Ray restarts a lost actor (its clients are "
-                                                           "trained again; results do not change)")
+    chunks_per_actor: int = Field(1, ge=1, le=1000, description="calls each actor gets a round (the cohort is cut "
+                                                               "into actors × this many chunks of about equal local "
+                                                               "steps; more balance uneven clients, fewer cost less)")
+    max_restarts: int = Field(2, ge=0, le=100, description="times a chunk of clients is trained again after its "
+                                                           "actor was lost (a replacement actor is started; results "
+                                                           "do not change)")
+    start_timeout_s: float = Field(120.0, gt=0.0, le=86400.0, description="seconds a round with no live actor "
+                                                                          "waits for a replacement to start")
     address: str | None = Field(None, description="Ray cluster to join (HOST:PORT or ray://HOST:PORT) when this "
                                                   "process is not connected yet; default: start a local Ray")
 
 
 class ClientTrainer:
-    """The actor: trains the clients it is sent with the model and dataset of the simulation it is told.
-
-    What to train with arrives as object references beside every chunk and is fetched only when it
-    changed (a new simulation) — so one set of actors serves simulation after simulation, and an
-    actor that Ray restarted (its memory lost) fetches it again on its next chunk.
-    """
+    """The actor: trains the clients it is sent with the model and dataset it was last loaded with."""
 
     def __init__(self):
         torch.set_num_threads(1)
@@ -72,22 +91,44 @@ class ClientTrainer:
         self.trainer: LocalTrainer | None = None
         self.x = self.y = self.offsets = None
 
-    def train(self, setup: tuple, batch_round: int, seed: int, lr: float, buffers: dict,
-              global_params: torch.Tensor, tasks: list[tuple]) -> list[tuple]:
-        """Train each ``(row, client, steps, start or None for the global model, objective)`` task."""
-        key, refs = setup
-        if key != self.key:
-            import ray
+    def node(self) -> str:
+        """The Ray node this actor runs on (answers once the actor is up)."""
+        import ray
 
-            module, cfg, grad_backend, device, self.x, self.y, self.offsets = ray.get(list(refs))
-            self.trainer = LocalTrainer(FlatModel(module), cfg, grad_backend, device=device)
-            self.key = key
+        return ray.get_runtime_context().get_node_id()
+
+    def load(self, key: int, module, cfg, grad_backend, device: str, x, y, offsets) -> None:
+        """Take simulation ``key``'s model and data (Ray resolves the object references, mapping local ones)."""
+        self.trainer = LocalTrainer(FlatModel(module), cfg, grad_backend, device=device)
+        self.x, self.y, self.offsets, self.key = x, y, offsets, key
+
+    def train(self, key: int, batch_round: int, seed: int, lr: float, buffers: dict, global_params: np.ndarray,
+              tasks: list[tuple]) -> list[tuple]:
+        """Train each ``(row, client, steps, start or None for the global model, objective)`` task."""
+        if key != self.key:  # the driver loads an actor before its first chunk of a simulation
+            raise RuntimeError(f"actor holds simulation {self.key}, was sent a chunk of simulation {key}")
+        faults.point("ray-train")
+        g, buffers = from_wire(global_params), {k: from_wire(v) for k, v in buffers.items()}
         out = []
         for row, client, steps, start, objective in tasks:
             res = train_client(self.trainer, self.x, self.y, self.offsets, batch_round, seed, lr, buffers, client,
-                               steps, global_params if start is None else start, objective)
-            out.append((row, res.mean_loss, res.samples, res.buffers, res.params, res.grad_sum))
+                               steps, g if start is None else from_wire(start), objective)
+            out.append((row, res.mean_loss, res.samples, {k: to_wire(v) for k, v in res.buffers.items()},
+                        to_wire(res.params), None if res.grad_sum is None else to_wire(res.grad_sum)))
         return out
+
+
+def to_wire(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor as the numpy array it shares memory with: Ray moves numpy arrays without a copy in
+    pickle (out-of-band buffers), while a torch tensor goes through torch's own, slower, serializer
+    (measured: a two-actor call returning ten 61-float vectors took 4.9 ms as tensors, 2.8 ms as arrays)."""
+    return t.detach().cpu().numpy()
+
+
+def from_wire(a: np.ndarray) -> torch.Tensor:
+    """The tensor of an array that came through Ray: shared when writable, else copied (object-store arrays
+    are read-only, and training or an algorithm's hook may write into what it gets)."""
+    return torch.from_numpy(a if a.flags.writeable else a.copy())
 
 
 def _ray():
@@ -99,6 +140,34 @@ def _ray():
     return ray
 
 
+def balanced_chunks(steps: np.ndarray, parts: int) -> list[range]:
+    """Cut rows ``0..len(steps)`` into ``min(parts, len(steps))`` contiguous, non-empty ranges of about equal
+    total ``steps``: each cut falls at the row boundary nearest to its share of the total.
+
+    Integer arithmetic: where a cut falls never depends on a float's last digit.
+    """
+    k = len(steps)
+    parts = max(1, min(parts, k))
+    cum = np.concatenate([[0], np.cumsum(np.maximum(np.asarray(steps, dtype=np.int64), 1))])  # cum[i]: rows < i
+    total = int(cum[-1])
+    cuts = [0]
+    for j in range(1, parts):
+        target = total * j // parts
+        i = int(np.searchsorted(cum, target, side="left"))  # first boundary at or past the target
+        if i > 0 and target - int(cum[i - 1]) < int(cum[i]) - target:
+            i -= 1
+        cuts.append(min(max(i, cuts[-1] + 1), k - (parts - j)))  # non-empty, and room left for the rest
+    cuts.append(k)
+    return [range(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+class _Chunk:
+    __slots__ = ("rows", "tasks", "lost")
+
+    def __init__(self, rows: range, tasks: list[tuple]):
+        self.rows, self.tasks, self.lost = rows, tasks, 0
+
+
 @EXECUTORS.register("ray")
 class RayExecutor(Executor):
     """Trains the cohort's clients on Ray actors (CPU or GPU slots, any nodes); bitwise equal to sequential."""
@@ -108,10 +177,15 @@ class RayExecutor(Executor):
 
     def __init__(self, cfg: RayExecutorConfig):
         super().__init__(cfg)
-        self.actors: list = []
+        self.actors: list = []  # one handle per slot; a lost actor's slot gets a replacement
+        self._up: set[int] = set()  # slots whose actor has answered (is running)
+        self._starting: dict = {}  # object ref of a node() call → slot, for actors not known to be up yet
+        self._loaded: dict[int, int] = {}  # slot → generation its actor holds
+        self._nodes: set[str] = set()  # nodes actors have run on
+        self._lost = 0  # actors lost over the executor's life
         self._started_ray = False
-        self._for: tuple | None = None  # weak references to the trainer and data of ``_setup``
-        self._setup: tuple = ()  # (generation, object refs of model, settings and data) sent with every chunk
+        self._for: tuple | None = None  # weak references to the trainer and data of ``_refs``
+        self._refs: tuple = ()  # object refs of this simulation's model, settings and data
         self._generation = 0
 
     # ---- the actors --------------------------------------------------------------------------
@@ -129,17 +203,25 @@ class RayExecutor(Executor):
                      configure_logging=False)
             self._started_ray = True
         if not self.actors:
-            remote = ray.remote(ClientTrainer).options(num_cpus=self.cfg.cpus_per_actor,
-                                                       num_gpus=self.cfg.gpus_per_actor,
-                                                       max_restarts=self.cfg.max_restarts,
-                                                       max_task_retries=self.cfg.max_restarts)
-            self.actors = [remote.remote() for _ in range(self.cfg.actors or self._default_actors(ray))]
+            for _ in range(self.cfg.actors or self._default_actors(ray)):
+                self.actors.append(None)
+                self._start(len(self.actors) - 1)
         device = "cuda" if self.cfg.gpus_per_actor > 0 else "cpu"
         what = (trainer.model.module, trainer.cfg, trainer.grad_backend, device,
                 *(np.ascontiguousarray(a) for a in (data.x_train, data.y_train, data.train_offsets)))
         self._generation += 1
-        self._setup = (self._generation, tuple(ray.put(v) for v in what))
+        self._refs = tuple(ray.put(v) for v in what)
         self._for = (weakref.ref(trainer), weakref.ref(data))
+
+    def _start(self, slot: int) -> None:
+        """Ask Ray for an actor in ``slot`` (a fresh one, or the replacement of a lost one)."""
+        ray = _ray()
+        remote = ray.remote(ClientTrainer).options(num_cpus=self.cfg.cpus_per_actor, num_gpus=self.cfg.gpus_per_actor,
+                                                   max_restarts=0, max_task_retries=0)
+        self.actors[slot] = remote.remote()
+        self._up.discard(slot)
+        self._loaded.pop(slot, None)
+        self._starting[self.actors[slot].node.remote()] = slot
 
     def _default_actors(self, ray) -> int:
         """As many actors as the cluster's free slots hold (what other work — a sweep's units — leaves)."""
@@ -158,7 +240,10 @@ class RayExecutor(Executor):
             ray = _ray()
             for actor in self.actors:
                 ray.kill(actor)
-        self.actors, self._for, self._setup = [], None, ()
+        self.actors, self._for, self._refs = [], None, ()
+        self._up.clear()
+        self._starting.clear()
+        self._loaded.clear()
 
     # ---- a round -----------------------------------------------------------------------------
     def run(self, batch: ClientBatch, algorithm: Algorithm, trainer: LocalTrainer,
@@ -180,41 +265,100 @@ class RayExecutor(Executor):
                cohort: InOrderUpdates) -> None:
         ray = _ray()
         g = batch.global_params
-        g_ref = ray.put(g)
-        todo = [(row, c, int(steps), None if s is g else s, o)
-                for row, (c, steps, s, o) in enumerate(zip(clients, batch.steps.tolist(), starts, objectives))]
-        todo.reverse()
-        pending: dict = {}  # object ref → (actor, what it is doing)
+        g_np = to_wire(g)
+        g_arg = g_np if g_np.nbytes <= INLINE_BYTES else ray.put(g_np)  # put once per round when large
+        buffers = {k: to_wire(v) for k, v in batch.buffers.items()}
+        todo = deque()
+        for rows in balanced_chunks(batch.steps, len(self.actors) * self.cfg.chunks_per_actor):
+            todo.append(_Chunk(rows, [(row, clients[row], int(batch.steps[row]),
+                                       None if starts[row] is g else to_wire(starts[row]), objectives[row])
+                                      for row in rows]))
+        pending: dict = {}  # object ref of a train call → (slot, chunk)
+        busy: set[int] = set()
+        waited_since = None
 
-        def hand_out(i: int) -> None:
-            chunk = [todo.pop() for _ in range(min(chunk_size(len(todo), len(self.actors)), len(todo)))]
-            ref = self.actors[i].train.remote(self._setup, batch.round, batch.seed, batch.lr, batch.buffers, g_ref,
-                                              chunk)
-            pending[ref] = (i, f"training round {batch.round}'s clients {[t[1] for t in chunk]}")
+        def hand_out() -> None:
+            if self._starting:  # actors that came up since: take them in now (a busy wait would starve them)
+                up, _ = ray.wait(list(self._starting), num_returns=len(self._starting), timeout=0)
+                for ref in up:
+                    self._came_up(ref)
+            for slot in sorted(self._up - busy):
+                if not todo:
+                    return
+                chunk = todo.popleft()
+                actor = self.actors[slot]
+                if self._loaded.get(slot) != self._generation:
+                    actor.load.remote(self._generation, *self._refs)  # runs before the train call (same caller)
+                    self._loaded[slot] = self._generation
+                ref = actor.train.remote(self._generation, batch.round, batch.seed, batch.lr, buffers, g_arg,
+                                         chunk.tasks)
+                pending[ref] = (slot, chunk)
+                busy.add(slot)
 
-        for i in range(len(self.actors)):
-            if todo:
-                hand_out(i)
-        while pending:
-            [ref], _ = ray.wait(list(pending), num_returns=1)
-            i, what = pending.pop(ref)
-            try:
-                replies = ray.get(ref)
-            except ray.exceptions.RayActorError as exc:
-                raise WorkerError(f"executor.ray: actor {i} was lost while {what} and could not be restarted "
-                                  f"({type(exc).__name__}); raise executor.max_restarts or check the cluster") \
-                    from None
-            except ray.exceptions.RayTaskError as exc:
-                cause = exc.cause if exc.cause is not None else exc
-                raise WorkerError(f"executor.ray: actor {i} failed while {what}: {type(cause).__name__}: {cause}") \
-                    from None
-            if todo:
-                hand_out(i)
-            for row, mean_loss, n, bufs, end, grad in replies:
-                cohort.arrive(row, mean_loss, n, bufs, end, grad)
+        while todo or pending:
+            hand_out()
+            waiting = list(pending) + list(self._starting)
+            if not pending:  # work left, no actor up: wait for a replacement, but not forever
+                waited_since = waited_since or time.monotonic()
+                left = self.cfg.start_timeout_s - (time.monotonic() - waited_since)
+                if left <= 0 or not waiting:
+                    raise WorkerError(f"executor.ray: round {batch.round} has clients left to train and no actor: "
+                                      f"{self._lost} were lost and no replacement started within "
+                                      f"{self.cfg.start_timeout_s:g} s; check the cluster's nodes and free slots, or "
+                                      "raise executor.start_timeout_s")
+                ready, _ = ray.wait(waiting, num_returns=1, timeout=min(left, 1.0))
+            else:
+                waited_since = None
+                ready, _ = ray.wait(waiting, num_returns=1)
+            for ref in ready:
+                if ref in self._starting:
+                    self._came_up(ref)
+                    continue
+                slot, chunk = pending.pop(ref)
+                busy.discard(slot)
+                try:
+                    replies = ray.get(ref)
+                except ray.exceptions.RayActorError as exc:
+                    self._lose(slot, chunk, batch.round, exc)
+                    todo.appendleft(chunk)
+                    continue
+                except ray.exceptions.RayTaskError as exc:
+                    cause = exc.cause if exc.cause is not None else exc
+                    raise WorkerError(f"executor.ray: actor {slot} failed while training round {batch.round}'s "
+                                      f"clients {[t[1] for t in chunk.tasks]}: {type(cause).__name__}: {cause}") \
+                        from None
+                for row, mean_loss, n, bufs, end, grad in replies:
+                    cohort.arrive(row, mean_loss, n, {k: from_wire(v) for k, v in bufs.items()}, from_wire(end),
+                                  None if grad is None else from_wire(grad))
+
+    def _came_up(self, ref) -> None:
+        ray = _ray()
+        slot = self._starting.pop(ref)
+        try:
+            self._nodes.add(ray.get(ref))
+            self._up.add(slot)
+        except ray.exceptions.RayActorError:  # died before it was up (its node went away): ask again
+            self._lost += 1
+            self._start(slot)
+
+    def _lose(self, slot: int, chunk: _Chunk, batch_round: int, exc: Exception) -> None:
+        """``slot``'s actor died with ``chunk``: count it, give up past ``max_restarts``, else replace the actor."""
+        chunk.lost += 1
+        self._lost += 1
+        if chunk.lost > self.cfg.max_restarts:
+            raise WorkerError(f"executor.ray: actor {slot} was lost while training round {batch_round}'s clients "
+                              f"{[t[1] for t in chunk.tasks]}, {chunk.lost} time(s) for these clients "
+                              f"({type(exc).__name__}); raise executor.max_restarts or check the cluster") from None
+        self._start(slot)
+
+    def nodes(self) -> int:
+        """How many Ray nodes this executor's actors have run on."""
+        return len(self._nodes)
 
     def summary(self) -> dict:
-        return {"ray_actors": len(self.actors)} if self.actors else {}
+        if not self.actors:
+            return {}
+        return {"ray_actors": len(self.actors), "ray_nodes": len(self._nodes), "ray_actors_lost": self._lost}
 
     def close(self) -> None:
         try:
@@ -225,4 +369,4 @@ class RayExecutor(Executor):
                 self._started_ray = False
 
 
-__all__ = ["RayExecutor", "RayExecutorConfig"]
+__all__ = ["RayExecutor", "RayExecutorConfig", "balanced_chunks"]

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from ..core import faults
 from ..core.state import decode_state, encode_state
-from . import faults
 
 CURRENT, PREVIOUS, TMP_PREFIX = "checkpoint", "checkpoint.old", "checkpoint.tmp-"
 FORMAT = 1

@@ -28,7 +28,7 @@ except ImportError:  # pragma: no cover - exercised by the "Ray missing" test in
     raise ConfigError("--backend", "ray", "needs Ray, which is not installed: pip install 'turnout[ray]'") from None
 
 #: environment variables a unit's worker must see as this process does (test crash points)
-FORWARDED_ENV = ("TURNOUT_CRASH_AT", "TURNOUT_CRASH_ONCE")
+FORWARDED_ENV = ("TURNOUT_CRASH_AT", "TURNOUT_CRASH_ONCE", "TURNOUT_HOLD_AT", "TURNOUT_HOLD_FILE")
 
 
 @ray.remote

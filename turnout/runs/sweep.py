@@ -29,11 +29,11 @@ from typing import Any, Callable
 
 import torch
 
+from ..core import faults
 from ..core.errors import TurnoutError
 from ..core.observers import Observer
 from ..core.worker_process import StopEvent, WorkerProcess
 from ..sim.composition import expand
-from . import faults
 from .plan import Unit, centralized_reference, data_key, units_of
 from .unit import FileSink, StopFlag, is_done, run_unit
 

@@ -23,12 +23,13 @@ from typing import Callable
 import numpy as np
 
 from ..config.loader import ResolvedExperiment
+from ..core import faults
 from ..core.metrics import cumulate, summarize
 from ..core.observers import Observer, Observers, RoundRecord, RunEnd, RunStart
 from ..data.federated import FederatedDataset
 from ..loggers.base import open_loggers
 from ..sim.engine import RunResult, Simulation
-from . import checkpoint, faults
+from . import checkpoint
 from .rundir import SCRATCH, UNIT_CLIENTS, UNIT_IDENTITY, UNIT_ROWS, UNIT_SUMMARY, atomic_write_text
 
 ROWS, CLIENTS, SUMMARY, IDENTITY = UNIT_ROWS, UNIT_CLIENTS, UNIT_SUMMARY, UNIT_IDENTITY
