@@ -1,24 +1,32 @@
-"""A ``--backend ray`` sweep on a two-node Ray cluster (head + one worker node, each its own raylet and object
-store, started and stopped here) gives the tables of ``--jobs 1``.
+"""turnout on a multi-node Ray cluster: two nodes on this machine (Ray's own ``cluster_utils.Cluster``: a head
+and worker nodes, each its own raylet and object store), started and stopped by each test.
 
-Each node is one CPU, so two units run at once only one per node. To see where units ran without
-asking turnout, each node's raylet (and so every Ray worker it starts) carries its own crash point:
-the first Ray worker on that node to reach its third round is killed, once, leaving a marker file
-named after the node. Both markers existing shows units ran on both nodes — and that each node's
-lost worker had its unit resumed from its checkpoint, since the tables still equal ``--jobs 1``.
+* a ``--backend ray`` sweep whose units land on both nodes gives the tables of ``--jobs 1``;
+* the ``ray`` executor with an actor on each node gives the tables of the sequential executor;
+* a worker node removed in the middle of a sweep (its unit resumes from its checkpoint on the other
+  node) or of a round (the lost actor's clients are trained again by the other) changes nothing;
+* a head lost mid-sweep is one line, and ``turnout resume`` finishes the run with the same tables.
+
+Where work runs is seen without asking turnout: a node's raylet (and so every Ray worker it starts)
+carries its own crash or hold point (:mod:`turnout.core.faults`). A hold point makes the first worker
+on that node to reach it create a marker file and wait, so the test knows work is in flight there
+when it takes the node away. Every test is ``slow`` (each starts a cluster: about a minute on 2 cores).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 pytestmark = pytest.mark.slow
+ray = pytest.importorskip("ray")
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {"name": "two_nodes", "seeds": [0, 1], "rounds": 6,
@@ -28,21 +36,66 @@ SMALL = {"name": "two_nodes", "seeds": [0, 1], "rounds": 6,
          "selector": {"name": "uniform", "clients_per_round": 10}, "eval": {"every": 2},
          "output": {"progress": False, "plots": False}, "runtime": {"checkpoint_every_rounds": 2},
          "variants": [{"name": "K=5", "set": {"selector.clients_per_round": 5}}, {"name": "K=10"}]}
-CRASH = ("TURNOUT_CRASH_AT", "TURNOUT_CRASH_ONCE")
+#: one unit whose rounds train on the ``ray`` executor (SCAFFOLD: the driver keeps client state between rounds)
+ONE_UNIT = {**{k: v for k, v in SMALL.items() if k != "variants"}, "name": "ray_executor", "seeds": [0],
+            "algorithm": {"name": "scaffold"}}
+TABLES = ("rounds.csv", "clients.csv")
 
 
 def turnout(*args) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in CRASH}
     return subprocess.run([sys.executable, "-m", "turnout", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=900)
+                          cwd=ROOT, env=_clean_env(), timeout=900)
+
+
+def _clean_env() -> dict:
+    return {k: v for k, v in os.environ.items() if not k.startswith("TURNOUT_")}
+
+
+def start(*args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "turnout", *map(str, args)], cwd=ROOT, env=_clean_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def write(path: Path, cfg: dict) -> Path:
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def hold(marker: Path, at: str) -> dict:
+    return {"TURNOUT_HOLD_AT": at, "TURNOUT_HOLD_FILE": str(marker)}
+
+
+def wait_for(marker: Path, proc: subprocess.Popen, timeout: float = 300.0) -> None:
+    t0 = time.monotonic()
+    while not marker.exists():
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended before reaching its hold point: {proc.communicate()}")
+        if time.monotonic() - t0 > timeout:
+            proc.kill()
+            pytest.fail(f"no hold point reached in {timeout:g} s")
+        time.sleep(0.2)
+    time.sleep(0.5)  # the held worker is now waiting, its work in flight
+
+
+def assert_same_tables(a: Path, b: Path) -> None:
+    for table in TABLES:
+        assert (a / table).read_bytes() == (b / table).read_bytes(), table
+
+
+@pytest.fixture
+def cluster():
+    """A head node with one CPU slot; tests add worker nodes (each one CPU slot: one unit or actor per node)."""
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    yield c
+    c.shutdown()
 
 
 def test_a_two_node_ray_sweep_uses_both_nodes_and_gives_the_tables_of_one_job(tmp_path):
-    pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
-    cfg = tmp_path / "two_nodes.yaml"
-    cfg.write_text(yaml.safe_dump(SMALL, sort_keys=False))
+    cfg = write(tmp_path / "two_nodes.yaml", SMALL)
     r = turnout("run", cfg, "--out", tmp_path / "ref", "--quiet")
     assert r.returncode == 0, r.stderr
 
@@ -58,5 +111,79 @@ def test_a_two_node_ray_sweep_uses_both_nodes_and_gives_the_tables_of_one_job(tm
         cluster.shutdown()
     assert r.returncode == 0, r.stderr
     assert markers["head"].exists() and markers["worker"].exists()  # a unit ran (and lost a worker) on each node
-    for table in ("rounds.csv", "clients.csv"):
-        assert (tmp_path / "ray" / table).read_bytes() == (tmp_path / "ref" / table).read_bytes(), table
+    assert_same_tables(tmp_path / "ray", tmp_path / "ref")
+
+
+def test_a_worker_node_removed_mid_sweep_loses_nothing(tmp_path, cluster):
+    cfg = write(tmp_path / "two_nodes.yaml", SMALL)
+    r = turnout("run", cfg, "--out", tmp_path / "ref", "--quiet")
+    assert r.returncode == 0, r.stderr
+    held = tmp_path / "held"
+    node = cluster.add_node(num_cpus=1, env_vars=hold(held, "round@3"))  # its first unit stops at round 3
+    cluster.wait_for_nodes()
+    run = start("run", cfg, "--out", tmp_path / "ray", "--backend", "ray", "--address", cluster.address, "--quiet")
+    wait_for(held, run)
+    cluster.remove_node(node, allow_graceful=False)  # the machine is gone, with the unit it was running
+    out, err = run.communicate(timeout=600)
+    assert run.returncode == 0, err
+    assert_same_tables(tmp_path / "ray", tmp_path / "ref")
+
+
+def _executor_config(tmp_path: Path, address: str) -> tuple[Path, Path]:
+    ref = write(tmp_path / "sequential.yaml", {**ONE_UNIT, "executor": {"name": "sequential"}})
+    on_ray = write(tmp_path / "ray.yaml", {**ONE_UNIT, "executor": {"name": "ray", "actors": 2, "address": address,
+                                                                     "start_timeout_s": 30}})
+    return ref, on_ray
+
+
+def _summary(run: Path) -> dict:
+    return json.loads((run / "summary.json").read_text())
+
+
+def test_ray_executor_actors_on_two_nodes_and_a_node_lost_mid_round(tmp_path, cluster):
+    ref_cfg, ray_cfg = _executor_config(tmp_path, cluster.address)
+    r = turnout("run", ref_cfg, "--out", tmp_path / "ref", "--quiet")
+    assert r.returncode == 0, r.stderr
+
+    node = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    r = turnout("run", ray_cfg, "--out", tmp_path / "two", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert_same_tables(tmp_path / "two", tmp_path / "ref")
+    [unit] = _summary(tmp_path / "two")["runs"]
+    assert (unit["ray_actors"], unit["ray_nodes"], unit["ray_actors_lost"]) == (2, 2, 0)
+    cluster.remove_node(node)
+
+    held = tmp_path / "held"
+    node = cluster.add_node(num_cpus=1, env_vars=hold(held, "ray-train@3"))  # its actor's third chunk: round 2
+    cluster.wait_for_nodes()
+    run = start("run", ray_cfg, "--out", tmp_path / "lost", "--quiet")
+    wait_for(held, run)
+    cluster.remove_node(node, allow_graceful=False)
+    out, err = run.communicate(timeout=600)
+    assert run.returncode == 0, err
+    assert_same_tables(tmp_path / "lost", tmp_path / "ref")
+    [unit] = _summary(tmp_path / "lost")["runs"]
+    assert (unit["ray_nodes"], unit["ray_actors_lost"]) == (2, 1)  # the replacement never started: no free slot
+
+
+def test_a_lost_head_is_one_line_and_the_run_resumes(tmp_path, cluster):
+    cfg = write(tmp_path / "two_nodes.yaml", SMALL)
+    r = turnout("run", cfg, "--out", tmp_path / "ref", "--quiet")
+    assert r.returncode == 0, r.stderr
+    held = tmp_path / "held"
+    cluster.add_node(num_cpus=1, env_vars=hold(held, "round@3"))
+    cluster.wait_for_nodes()
+    run = start("run", cfg, "--out", tmp_path / "ray", "--backend", "ray", "--address", cluster.address, "--quiet")
+    wait_for(held, run)
+    address = cluster.address
+    cluster.remove_node(cluster.head_node, allow_graceful=False)
+    out, err = run.communicate(timeout=300)
+    lines = err.strip().splitlines()
+    assert run.returncode == 2, err  # as every turnout error
+    assert len(lines) == 1 and lines[0].startswith(f"turnout: error: --backend ray: the Ray cluster at {address} "
+                                                   "stopped answering ("), err
+    assert "the run folder is intact: resume it with `turnout resume" in lines[0]
+    r = turnout("resume", tmp_path / "ray.partial", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert_same_tables(tmp_path / "ray", tmp_path / "ref")

@@ -83,18 +83,22 @@ class WorkerProcess:
     ``is_alive``, ``exitcode``, ``join``, ``terminate``, ``kill``.
     """
 
-    def __init__(self, target, args: tuple = (), fds: tuple[int, ...] = (), name: str = "turnout-worker"):
+    def __init__(self, target, args: tuple = (), fds: tuple[int, ...] = (), name: str = "turnout-worker",
+                 echo: bool = True):
         ours, theirs = socket.socketpair()
         env = dict(os.environ, TURNOUT_WORKER_FD=str(theirs.fileno()))
         try:
+            # echo=False: a child whose libraries talk on their own (Ray's driver prints its daemons' logs)
+            # keeps quiet; its stderr is still read, for its last error line.
             self.proc = subprocess.Popen([sys.executable, "-c", _BOOT, _ROOT, name], stdin=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE, pass_fds=(theirs.fileno(), *fds), env=env)
+                                         stdout=None if echo else subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                         pass_fds=(theirs.fileno(), *fds), env=env)
         finally:
             theirs.close()
         self.name = name
         self.conn = Connection(ours.detach())
         self._tail: collections.deque[str] = collections.deque(maxlen=_TAIL)
-        self._relay = threading.Thread(target=_relay, args=(self.proc.stderr, self._tail), daemon=True,
+        self._relay = threading.Thread(target=_relay, args=(self.proc.stderr, self._tail, echo), daemon=True,
                                        name=f"{name}-stderr")
         self._relay.start()
         self.conn.send((list(sys.path), target.__module__, target.__qualname__, tuple(args)))
@@ -153,11 +157,13 @@ class WorkerProcess:
         return f"{how}: {last}" if last else how
 
 
-def _relay(stream, tail: collections.deque) -> None:
-    """Copy a worker's stderr to ours, keeping its last lines."""
+def _relay(stream, tail: collections.deque, echo: bool = True) -> None:
+    """Copy a worker's stderr to ours (when ``echo``), keeping its last lines."""
     for raw in iter(stream.readline, b""):
         line = raw.decode(errors="replace")
         tail.append(line)
+        if not echo:
+            continue
         try:
             sys.stderr.write(line)
             sys.stderr.flush()

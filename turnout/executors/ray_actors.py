@@ -206,6 +206,11 @@ class RayExecutor(Executor):
             for _ in range(self.cfg.actors or self._default_actors(ray)):
                 self.actors.append(None)
                 self._start(len(self.actors) - 1)
+            # The pool starts together (an actor is up in a second or two): wait for all of it, so a run
+            # uses the actors it asked for; slots the cluster cannot give within the timeout join later.
+            up, _ = ray.wait(list(self._starting), num_returns=len(self._starting), timeout=self.cfg.start_timeout_s)
+            for ref in up:
+                self._came_up(ref)
         device = "cuda" if self.cfg.gpus_per_actor > 0 else "cpu"
         what = (trainer.model.module, trainer.cfg, trainer.grad_backend, device,
                 *(np.ascontiguousarray(a) for a in (data.x_train, data.y_train, data.train_offsets)))

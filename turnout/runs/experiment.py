@@ -34,7 +34,7 @@ from ..sim.system_only import PROXY_NOTE
 from .plan import Plan, check_buildable, prepare, units_of, versions
 from .progress import ProgressBar
 from .rundir import CONFIG, EXPERIMENT, SCRATCH, SUMMARY, UNIT_ROWS, RunFolder, atomic_write_text
-from .sweep import BACKENDS, Backend, SweepState, UnitsFailed, pending_jobs
+from .sweep import BACKENDS, Backend, BackendLost, SweepState, UnitsFailed, pending_jobs
 from .unit import StopFlag, jsonable, read_clients, read_rows, read_summary
 
 
@@ -258,10 +258,15 @@ def run_sweep(experiments: list, backend: Backend, stop: StopFlag, progress=None
         progress.start(every, set(every) - {j.key for j in jobs})
     prepared = {(e, i): (u.exp, plan.dataset_for(u.exp, u.seed))
                 for e, (plan, _, _) in enumerate(experiments) for i, u in enumerate(units_of(plan))}
-    backend.run(jobs, state, stop, progress, resolve=lambda job: prepared[job.key])
+    folders = [folder for _, folder, _ in experiments]
+    try:
+        backend.run(jobs, state, stop, progress, resolve=lambda job: prepared[job.key])
+    except BackendLost as lost:
+        for sink in sinks.values():
+            sink.close()
+        raise BackendLost(lost.why, [f.path for f in folders]) from None
     for sink in sinks.values():
         sink.close()
-    folders = [folder for _, folder, _ in experiments]
     if state.failed:
         labels = {j.key: j.label for j in jobs}
         raise UnitsFailed({labels[k]: why for k, why in state.failed.items()}, [f.path for f in folders])

@@ -120,6 +120,18 @@ class UnitsFailed(TurnoutError):
                          "fix the cause and run `turnout resume` on it")
 
 
+class BackendLost(TurnoutError):
+    """The machinery units run on went away as a whole (a Ray cluster's head); every unit's rows and last
+    checkpoint in the run folder are kept, so the run resumes."""
+
+    def __init__(self, why: str, folders: list[Path] | None = None):
+        self.why = why
+        where = ", ".join(str(f) for f in folders or [])
+        super().__init__(why if not where else f"{why}; the run folder is intact: resume it with `turnout resume "
+                                               f"{where}` (on this machine, or add --backend ray --address "
+                                               "HEAD:PORT once the cluster is back)")
+
+
 # ---- running a unit in a worker ---------------------------------------------------------------
 #: A worker's caches. The owner has validated every variant and dataset before dispatching, so a
 #: worker only rebuilds: the experiment's variants once, and just the dataset of its unit's seed.
