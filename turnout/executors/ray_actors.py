@@ -48,6 +48,7 @@ from ..algorithms.base import Algorithm
 from ..config.base import StrictModel
 from ..core import faults
 from ..core.errors import ConfigError
+from ..core.ray_address import check_head
 from ..data.federated import FederatedDataset
 from ..models.flat import FlatModel
 from ..training.local_sgd import LocalTrainer
@@ -177,6 +178,7 @@ class RayExecutor(Executor):
 
     def __init__(self, cfg: RayExecutorConfig):
         super().__init__(cfg)
+        check_head(cfg.address, "executor.address")  # a wrong address is one line before the run starts
         self.actors: list = []  # one handle per slot; a lost actor's slot gets a replacement
         self._up: set[int] = set()  # slots whose actor has answered (is running)
         self._starting: dict = {}  # object ref of a node() call → slot, for actors not known to be up yet

@@ -25,6 +25,7 @@ import os
 import signal
 
 from ..core.errors import ConfigError
+from ..core.ray_address import check_head
 from ..core.worker_process import WorkerProcess
 from .sweep import Backend, BackendLost, QueueSink, SweepState, UnitJob, backend, execute, longest_first, rebuild
 from .unit import StopFlag
@@ -83,6 +84,7 @@ class RayBackend(Backend):
     """Units as Ray tasks with declared resources, driven from a child process; rows come back through it."""
 
     def __init__(self, jobs: int = 1, retries: int = 2, address: str | None = None, **_):
+        check_head(address, "--address")  # before any folder is made
         self.retries, self.address = int(retries), address
 
     def run(self, jobs: list[UnitJob], state: SweepState, stop: StopFlag, progress, resolve=rebuild) -> None:
