@@ -18,12 +18,19 @@ apart. Every figure is the median over ``--repeats`` interleaved repeats of the 
     python bench/executors.py                           # everything on the CPU (~15 min on 2 cores)
     python bench/executors.py --models logreg --workloads W100 --repeats 5
     python bench/executors.py --device cuda             # adds sequential and vectorized on the GPU
-    python bench/executors.py --ray                     # adds the Ray executor (a local Ray, one actor a core)
+    python bench/executors.py --ray                     # adds the Ray executor on a two-node local Ray cluster
+    python bench/executors.py --ray --ray-only --models logreg   # just Ray against sequential, and its overhead
 
 With two or more cores and W100 in the workloads it also prints each model's *two-process ceiling*:
 two plain PyTorch processes training half of W100's clients each, at once, as a share of one
 process training them all — what the machine's cores give when nothing else is in the way, so a
 ``parallel`` figure above 0.5 can be told apart from a machine whose two cores do not double compute.
+
+``--ray`` runs its columns on a two-node Ray cluster started here (``ray.cluster_utils.Cluster``: a head
+and a worker node, each its own raylet and object store, half the cores' slots each, so the actors
+sit on both nodes) and ends with the executor's overhead: per round, its time beyond the busiest
+actor's own training, over cohorts of 10–100 one-step logreg clients, fitted as a fixed cost per
+round plus a cost per client.
 
 ``--device cuda`` adds two columns with ``runtime.device: cuda`` (local training on the GPU,
 aggregation and the rest on the CPU): ``sequential(cuda)`` and ``vectorized(cuda)``; ratios stay
@@ -128,10 +135,10 @@ def trimmed(data: FederatedDataset, n: int) -> FederatedDataset:
                             num_classes=data.num_classes, input_shape=data.input_shape)
 
 
-def experiment(model: str, per_round: int, executor: dict, rounds: int, device: str = "cpu"):
+def experiment(model: str, per_round: int, executor: dict, rounds: int, device: str = "cpu", train: dict | None = None):
     m = MODELS[model]
     raw = {"name": "bench", "rounds": rounds, "data": m["data"], "model": m["model"],
-           "train": {**TRAIN, **m["train"]}, "algorithm": m["algorithm"],
+           "train": {**TRAIN, **m["train"], **(train or {})}, "algorithm": m["algorithm"],
            "selector": {"name": "uniform", "clients_per_round": per_round, "weighting": "n_samples"},
            "executor": executor, "eval": {"every": 10**6}, "output": {"progress": False, "plots": False},
            "runtime": {"device": device}}
@@ -219,6 +226,60 @@ def ceiling(model: str, repeats: int) -> float:
     return statistics.median(ratios)
 
 
+#: the overhead workload: logreg clients with one local step of batch 8, so training is a small part of a round
+OVERHEAD_TRAIN = {"local_steps": 1, "batch_size": 8}
+OVERHEAD_COHORTS = (10, 25, 50, 100)
+
+
+def ray_overhead(repeats: int, rounds: int = 10) -> None:
+    """What the ray executor adds to a round besides training, and how it grows with the cohort.
+
+    Per round the executor measures its wall time beyond the busiest actor's own training (calls,
+    transfers, waiting, the in-order ``client_update`` hooks: :attr:`RayExecutor.overheads_s`); over
+    cohorts of 10–100 clients a least-squares line splits that into a fixed cost per round and a cost
+    per client. Sequential's whole round is printed beside it, measured interleaved with Ray's.
+    """
+    print()
+    print(f"ray executor overhead (logreg, {OVERHEAD_TRAIN['local_steps']} local step of batch "
+          f"{OVERHEAD_TRAIN['batch_size']}; median over {repeats} x {rounds} rounds; overhead = the executor's "
+          "round beyond its busiest actor's training)")
+    print(f"  {'clients':>7} {'sequential ms/round':>20} {'ray ms/round':>13} {'ray overhead ms/round':>22} "
+          f"{'actors':>6} {'nodes':>5}")
+    ks, over = [], []
+    for k in OVERHEAD_COHORTS:
+        exps = [experiment("logreg", k, ex, 1 + rounds * repeats, train=OVERHEAD_TRAIN)
+                for ex in ({"name": "sequential"}, {"name": "ray"})]
+        data = trimmed(prepare(exps[:1]).dataset_for(exps[0], 0), SAMPLES)
+        sims = [Simulation(exp, data, 0) for exp in exps]
+        times = [[], []]
+        try:
+            for sim in sims:
+                sim.step(0)
+            sims[1].executor.overheads_s.clear()
+            for rep in range(repeats):
+                for i, sim in enumerate(sims):
+                    first = 1 + rep * rounds
+                    t0 = time.perf_counter()
+                    for r in range(first, first + rounds):
+                        sim.step(r)
+                    times[i].append((time.perf_counter() - t0) / rounds)
+            ex = sims[1].executor
+            o = statistics.median(ex.overheads_s)
+            summary = ex.summary()
+        finally:
+            for sim in sims:
+                sim.release()
+        ks.append(k)
+        over.append(o)
+        print(f"  {k:7d} {1000 * statistics.median(times[0]):20.2f} {1000 * statistics.median(times[1]):13.2f} "
+              f"{1000 * o:22.2f} {summary['ray_actors']:6d} {summary['ray_nodes']:5d}", flush=True)
+    per_client, per_round = np.polyfit(np.array(ks, float), 1000 * np.array(over), 1)
+    ok = per_round <= 10 and per_client <= 0.5
+    print(f"  fit: {per_round:.2f} ms per round + {per_client:.3f} ms per client")
+    print(f"target ray executor overhead <= 10 ms per round + 0.5 ms per client on the two-node cluster: "
+          f"{per_round:.2f} ms + {per_client:.3f} ms/client ({'met' if ok else 'NOT met'})")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="logreg,mlp,cnn")
@@ -227,7 +288,9 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5, help="interleaved repeats (the median is reported)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda: add sequential and vectorized with runtime.device cuda")
-    p.add_argument("--ray", action="store_true", help="add the Ray executor (needs turnout[ray])")
+    p.add_argument("--ray", action="store_true", help="add the Ray executor on a two-node local Ray cluster, and "
+                                                      "its per-round and per-client overhead (needs turnout[ray])")
+    p.add_argument("--ray-only", action="store_true", help="with --ray: skip the other executors' columns")
     args = p.parse_args(argv)
     torch.set_num_threads(1)  # the simulation's default (runtime.torch_threads: 1)
     executors = [({"name": name}, "cpu") for name in EXECUTORS]
@@ -260,19 +323,30 @@ def main(argv=None) -> int:
                           f"{row['ratio']:12.2f} {row['speedup']:8.1f}x {lo:8.4f}..{hi:<8.4f} "
                           f"{row['warmup_s']:9.2f} {row['others']:6.2f}  {row['auto']}", flush=True)
 
-    measure(executors)
+    if not args.ray_only:
+        measure(executors)
     if args.ray:
         # Ray's daemons and idle workers wake up often: with them running, two parallel workers on a
         # 2-core machine trained the CNN about a quarter slower. So Ray starts only now, and its column
         # is compared with a sequential run measured in the same pass.
         import ray
+        from ray.cluster_utils import Cluster
 
-        ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
-        print(f"-- with Ray started (after the columns above), against sequential in this pass; load average: "
-              f"{_load()}")
-        measure([({"name": "sequential"}, "cpu"), ({"name": "ray"}, "cpu")])
-        ray.shutdown()  # before the two-process ceiling, for the same reason
+        cores = len(os.sched_getaffinity(0))
+        head = max(1, cores // 2)
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head})
+        cluster.add_node(num_cpus=max(1, cores - head))
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        print(f"-- the ray executor on a two-node local Ray cluster (head {head} CPU slot(s), worker "
+              f"{max(1, cores - head)}; one actor a slot, so actors on both nodes), against sequential in this "
+              f"pass; load average: {_load()}")
+        try:
+            measure([({"name": "sequential"}, "cpu"), ({"name": "ray"}, "cpu")])
+            ray_overhead(args.repeats)
+        finally:
+            ray.shutdown()  # before the two-process ceiling, for the same reason
+            cluster.shutdown()
     print(f"load average at end: {_load()}")
     print()
     if "W100" in args.workloads.split(",") and len(os.sched_getaffinity(0)) >= 2:

@@ -104,11 +104,13 @@ class ClientTrainer:
         self.x, self.y, self.offsets, self.key = x, y, offsets, key
 
     def train(self, key: int, batch_round: int, seed: int, lr: float, buffers: dict, global_params: np.ndarray,
-              tasks: list[tuple]) -> list[tuple]:
-        """Train each ``(row, client, steps, start or None for the global model, objective)`` task."""
+              tasks: list[tuple]) -> tuple[list[tuple], float]:
+        """Train each ``(row, client, steps, start or None for the global model, objective)`` task; also returns
+        the seconds it took here (the driver counts the rest of the round as the executor's overhead)."""
         if key != self.key:  # the driver loads an actor before its first chunk of a simulation
             raise RuntimeError(f"actor holds simulation {self.key}, was sent a chunk of simulation {key}")
         faults.point("ray-train")
+        t0 = time.perf_counter()
         g, buffers = from_wire(global_params), {k: from_wire(v) for k, v in buffers.items()}
         out = []
         for row, client, steps, start, objective in tasks:
@@ -116,7 +118,7 @@ class ClientTrainer:
                                steps, g if start is None else from_wire(start), objective)
             out.append((row, res.mean_loss, res.samples, {k: to_wire(v) for k, v in res.buffers.items()},
                         to_wire(res.params), None if res.grad_sum is None else to_wire(res.grad_sum)))
-        return out
+        return out, time.perf_counter() - t0
 
 
 def to_wire(t: torch.Tensor) -> np.ndarray:
@@ -185,6 +187,9 @@ class RayExecutor(Executor):
         self._loaded: dict[int, int] = {}  # slot → generation its actor holds
         self._nodes: set[str] = set()  # nodes actors have run on
         self._lost = 0  # actors lost over the executor's life
+        #: per round: the seconds training took here beyond the busiest actor's own training (calls, transfers,
+        #: waiting for a free actor, the in-order ``client_update`` hooks): what fanning out costs
+        self.overheads_s: list[float] = []
         self._started_ray = False
         self._for: tuple | None = None  # weak references to the trainer and data of ``_refs``
         self._refs: tuple = ()  # object refs of this simulation's model, settings and data
@@ -281,15 +286,17 @@ class RayExecutor(Executor):
                                        None if starts[row] is g else to_wire(starts[row]), objectives[row])
                                       for row in rows]))
         pending: dict = {}  # object ref of a train call → (slot, chunk)
-        busy: set[int] = set()
+        working: set[int] = set()  # slots with a call in flight
+        busy: dict[int, float] = {}  # slot → seconds its actor spent training this round
         waited_since = None
+        t0 = time.perf_counter()
 
         def hand_out() -> None:
             if self._starting:  # actors that came up since: take them in now (a busy wait would starve them)
                 up, _ = ray.wait(list(self._starting), num_returns=len(self._starting), timeout=0)
                 for ref in up:
                     self._came_up(ref)
-            for slot in sorted(self._up - busy):
+            for slot in sorted(self._up - working):
                 if not todo:
                     return
                 chunk = todo.popleft()
@@ -300,7 +307,7 @@ class RayExecutor(Executor):
                 ref = actor.train.remote(self._generation, batch.round, batch.seed, batch.lr, buffers, g_arg,
                                          chunk.tasks)
                 pending[ref] = (slot, chunk)
-                busy.add(slot)
+                working.add(slot)
 
         while todo or pending:
             hand_out()
@@ -322,9 +329,9 @@ class RayExecutor(Executor):
                     self._came_up(ref)
                     continue
                 slot, chunk = pending.pop(ref)
-                busy.discard(slot)
+                working.discard(slot)
                 try:
-                    replies = ray.get(ref)
+                    replies, seconds = ray.get(ref)
                 except ray.exceptions.RayActorError as exc:
                     self._lose(slot, chunk, batch.round, exc)
                     todo.appendleft(chunk)
@@ -334,9 +341,11 @@ class RayExecutor(Executor):
                     raise WorkerError(f"executor.ray: actor {slot} failed while training round {batch.round}'s "
                                       f"clients {[t[1] for t in chunk.tasks]}: {type(cause).__name__}: {cause}") \
                         from None
+                busy[slot] = busy.get(slot, 0.0) + seconds
                 for row, mean_loss, n, bufs, end, grad in replies:
                     cohort.arrive(row, mean_loss, n, {k: from_wire(v) for k, v in bufs.items()}, from_wire(end),
                                   None if grad is None else from_wire(grad))
+        self.overheads_s.append(time.perf_counter() - t0 - max(busy.values(), default=0.0))
 
     def _came_up(self, ref) -> None:
         ray = _ray()
@@ -365,7 +374,10 @@ class RayExecutor(Executor):
     def summary(self) -> dict:
         if not self.actors:
             return {}
-        return {"ray_actors": len(self.actors), "ray_nodes": len(self._nodes), "ray_actors_lost": self._lost}
+        out = {"ray_actors": len(self.actors), "ray_nodes": len(self._nodes), "ray_actors_lost": self._lost}
+        if self.overheads_s:
+            out["ray_overhead_ms_per_round"] = round(1000 * float(np.median(self.overheads_s)), 3)
+        return out
 
     def close(self) -> None:
         try:
