@@ -334,13 +334,16 @@ def main(argv=None) -> int:
 
         cores = len(os.sched_getaffinity(0))
         head = max(1, cores // 2)
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head})
-        cluster.add_node(num_cpus=max(1, cores - head))
+        # cluster_utils gives each node a ~150 MB object store, where a real node has 30 % of its memory: the
+        # MLP's replies (50 clients x 636 KB per actor a round) then wait ~2 s each for room. 1 GiB a node.
+        store = 1 << 30
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head, "object_store_memory": store})
+        cluster.add_node(num_cpus=max(1, cores - head), object_store_memory=store)
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False, configure_logging=False)
         print(f"-- the ray executor on a two-node local Ray cluster (head {head} CPU slot(s), worker "
-              f"{max(1, cores - head)}; one actor a slot, so actors on both nodes), against sequential in this "
-              f"pass; load average: {_load()}")
+              f"{max(1, cores - head)}, a 1 GiB object store each; one actor a slot, so actors on both nodes), "
+              f"against sequential in this pass; load average: {_load()}")
         try:
             measure([({"name": "sequential"}, "cpu"), ({"name": "ray"}, "cpu")])
             ray_overhead(args.repeats)

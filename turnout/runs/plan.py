@@ -8,8 +8,12 @@ built once per (data config, seed) and shared; a unit is one (variant, seed) of 
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -21,6 +25,7 @@ from ..data.federated import FederatedDataset
 from ..sim.baselines import centralized_accuracy
 from ..sim.engine import Simulation, build_model
 from .preflight import check_resources
+from .rundir import atomic_write_text
 
 
 @dataclass
@@ -129,15 +134,35 @@ def check_buildable(plan: Plan) -> None:
                 raise ConfigError(where_prefix(plan.variants, exp) + exc.key, exc.value, exc.allowed) from None
 
 
-def centralized_reference(unit: Unit, data: FederatedDataset, cache: dict) -> float | None:
+def centralized_reference(unit: Unit, data: FederatedDataset, cache: dict, shared: Path | None = None) -> float | None:
     """The unit's centralised reference accuracy (``None`` when not asked for), computed once per
-    (data, model, training, epochs, seed) in ``cache``."""
+    (data, model, training, epochs, seed): in ``cache`` (this process), and across processes in the
+    folder ``shared`` when given (see :func:`shared_value`)."""
     exp = unit.exp
     if not exp.config.eval.centralized_baseline or exp.config.no_train:
         return None
     key = (data_key(exp), json.dumps(exp["model"].as_dict(), sort_keys=True), exp.train.model_dump_json(),
            exp.config.eval.centralized_epochs, unit.seed)
     if key not in cache:
-        cache[key], _ = centralized_accuracy(build_model(exp, data, unit.seed), data, exp.train,
-                                             exp.config.eval.centralized_epochs, unit.seed, exp.config.eval.batch_size)
+        def compute() -> float:
+            return centralized_accuracy(build_model(exp, data, unit.seed), data, exp.train,
+                                        exp.config.eval.centralized_epochs, unit.seed, exp.config.eval.batch_size)[0]
+
+        cache[key] = compute() if shared is None else shared_value(shared, key, compute)
     return cache[key]
+
+
+def shared_value(folder: Path, key: tuple, compute: Callable[[], float]) -> float:
+    """``compute()`` at most once per ``key`` for every process that can reach ``folder`` (a run folder's
+    ``baselines/``): the first to ask computes under an exclusive lock on the key's lock file and stores the
+    value; the others wait on the lock and read it. The stored value is kept, so a resumed run reuses it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha256(json.dumps(list(key)).encode()).hexdigest()[:16]
+    path = folder / f"{name}.json"
+    with open(folder / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+        if path.is_file():
+            return float(json.loads(path.read_text())["value"])
+        value = float(compute())
+        atomic_write_text(path, json.dumps({"key": list(key), "value": value}) + "\n")
+        return value

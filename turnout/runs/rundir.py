@@ -10,6 +10,8 @@ Layout (``DIR.partial`` while the run is going on, renamed to ``DIR`` when every
         checkpoint/             the unit's latest checkpoint (see turnout.runs.checkpoint)
         clients.jsonl, summary.json   written when the unit finishes (summary.json = done)
     logs/                     full tracebacks of unexpected errors
+    baselines/                centralised baselines, computed once per population by whichever worker
+                              needs one first (a lock file per population), read by the others
     rounds.csv, clients.csv, comparison.csv, summary.json, *.png   built from the units at the end
 
 Creation is atomic and exclusive: the folder is made under a temporary name, its lock taken, and
@@ -40,7 +42,7 @@ LOCK = "lock"
 
 # The run folder's names, defined once (README, "The run folder"): the folder's own files and folders ...
 CONFIG, EXPERIMENT, SUMMARY = "config.yaml", "experiment.json", "summary.json"
-UNITS, LOGS, SCRATCH = "units", "logs", "scratch"
+UNITS, LOGS, SCRATCH, BASELINES = "units", "logs", "scratch", "baselines"
 # ... and each unit's (``units/vNN-VARIANT/seed-S/``)
 UNIT_ROWS, UNIT_CLIENTS, UNIT_SUMMARY, UNIT_IDENTITY = "rounds.jsonl", "clients.jsonl", "summary.json", "unit.json"
 UNIT_GLOB = "*/seed-*"

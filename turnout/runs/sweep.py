@@ -35,6 +35,7 @@ from ..core.observers import Observer
 from ..core.worker_process import StopEvent, WorkerProcess
 from ..sim.composition import expand
 from .plan import Unit, centralized_reference, data_key, units_of
+from .rundir import BASELINES
 from .unit import FileSink, StopFlag, is_done, run_unit
 
 #: name → backend class; ``--backend NAME`` picks one
@@ -169,8 +170,9 @@ def execute(job: UnitJob, sink, stop: StopFlag, observers=(), resolve=rebuild, c
     torch.set_num_threads(job.torch_threads)
     exp, data = resolve(job)
     cache = {} if centralized is None else centralized
+    shared = Path(job.unit_dir).parents[2] / BASELINES  # the run folder's: one computation for every worker
     return run_unit(exp, data, job.seed, Path(job.unit_dir), sink, stop, list(observers),
-                    centralized=lambda: centralized_reference(Unit(0, exp, job.seed), data, cache))
+                    centralized=lambda: centralized_reference(Unit(0, exp, job.seed), data, cache, shared))
 
 
 class ApplyingSink:
