@@ -201,3 +201,20 @@ def test_a_free_worker_prefers_an_equally_long_unit_of_a_population_it_already_h
     assert next_job(pending, set()).key == (0, 2)
     assert next_job(pending, {(0, 0)}).key == (0, 4)
     assert pending == []
+
+
+def test_workers_starting_together_take_different_populations():
+    """Two workers free at once: the second takes the longest unit of the other seed, even a little
+    shorter, so the two build their datasets and centralised baselines side by side (neither waits on
+    the other's lock); later jobs go longest first again."""
+    from turnout.runs.sweep import UnitJob, longest_first, next_job
+
+    def job(i: int, seed: int, work: float) -> UnitJob:
+        return UnitJob((0, i), {}, f"v{i}", seed, f"/tmp/u{i}", 1, f"v{i} seed {seed}", work=work)
+
+    pending = longest_first([job(0, 0, 4.0), job(1, 0, 3.9), job(2, 1, 3.8), job(3, 1, 1.0)])
+    first = next_job(pending, set(), set())
+    second = next_job(pending, set(), {(0, first.seed)})
+    assert (first.key, second.key) == ((0, 0), (0, 2))
+    assert next_job(pending, set(), {(0, 0), (0, 1)}).key == (0, 1)  # a third worker: every population taken
+    assert next_job(pending, {(0, 0)}, {(0, 1)}).key == (0, 3)

@@ -9,9 +9,10 @@ dictionary lookup per point. Points: ``round`` (a round's row was handed to the 
 owner — written already when that is this process), ``checkpoint-arrays``
 (checkpoint arrays written, metadata not yet), ``checkpoint-swap`` (between retiring the old
 checkpoint and installing the new one), ``unit-done`` (a unit's tables written, before it is
-marked finished), ``between-units``, ``ray-train`` (a Ray executor actor received a chunk of clients).
-With ``TURNOUT_CRASH_ONCE=FILE`` the crash happens only in the first process to get there (it creates
-FILE), so a unit retried by a fresh worker goes on.
+marked finished), ``between-units``, ``ray-actor-start`` (a Ray executor actor is being made),
+``ray-train`` (an actor received a chunk of clients). With ``TURNOUT_CRASH_ONCE=FILE`` the crash
+happens only in the first process to get there (it creates FILE), so a unit retried by a fresh worker
+goes on.
 
 Losing a whole machine is tested the same way, with a *hold* instead of a crash:
 ``TURNOUT_HOLD_AT=NAME@N`` and ``TURNOUT_HOLD_FILE=FILE`` make the first process to reach the point

@@ -85,6 +85,7 @@ class ClientTrainer:
     """The actor: trains the clients it is sent with the model and dataset it was last loaded with."""
 
     def __init__(self):
+        faults.point("ray-actor-start")
         torch.set_num_threads(1)
         # Arrays from the object store are read-only views; training only reads them.
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
@@ -187,6 +188,7 @@ class RayExecutor(Executor):
         self._loaded: dict[int, int] = {}  # slot → generation its actor holds
         self._nodes: set[str] = set()  # nodes actors have run on
         self._lost = 0  # actors lost over the executor's life
+        self._failed_starts: dict[int, int] = {}  # slot → replacements in a row that died before they were up
         #: per round: the seconds training took here beyond the busiest actor's own training (calls, transfers,
         #: waiting for a free actor, the in-order ``client_update`` hooks): what fanning out costs
         self.overheads_s: list[float] = []
@@ -353,8 +355,15 @@ class RayExecutor(Executor):
         try:
             self._nodes.add(ray.get(ref))
             self._up.add(slot)
-        except ray.exceptions.RayActorError:  # died before it was up (its node went away): ask again
+            self._failed_starts.pop(slot, None)
+        except ray.exceptions.RayActorError as exc:  # died before it was up (its node went away, or it broke)
             self._lost += 1
+            self._failed_starts[slot] = self._failed_starts.get(slot, 0) + 1
+            if self._failed_starts[slot] > self.cfg.max_restarts:
+                first = " ".join(str(exc).split())
+                raise WorkerError(f"executor.ray: actor {slot} could not be started, {self._failed_starts[slot]} "
+                                  f"time(s) ({type(exc).__name__}: {first[:200]}); check that every node has "
+                                  "turnout and its dependencies installed, or raise executor.max_restarts") from None
             self._start(slot)
 
     def _lose(self, slot: int, chunk: _Chunk, batch_round: int, exc: Exception) -> None:

@@ -307,12 +307,19 @@ class _Worker:
     seen: set = field(default_factory=set)  # (experiment, seed) of the units it ran: it holds their baselines
 
 
-def next_job(pending: list[UnitJob], seen: set) -> UnitJob:
+def next_job(pending: list[UnitJob], seen: set, others: set = frozenset()) -> UnitJob:
     """The job a free worker takes: the longest pending one, preferring among equally long ones a
     population (experiment, seed) the worker already ran — its dataset and centralised baseline are
-    cached there. Only which worker runs a unit depends on it, never the unit's numbers."""
+    cached there. A worker's *first* job is the longest of a population no other worker has taken
+    (``others``), when there is one: workers starting together then build different datasets and
+    centralised baselines side by side, instead of one waiting on the lock of the other's baseline
+    (the work estimates of two seeds' units rarely tie). Only which worker runs a unit depends on
+    it, never the unit's numbers."""
     head = pending[0]
-    pick = next((j for j in pending if j.work == head.work and (j.key[0], j.seed) in seen), head)
+    if not seen:
+        pick = next((j for j in pending if (j.key[0], j.seed) not in others), head)
+    else:
+        pick = next((j for j in pending if j.work == head.work and (j.key[0], j.seed) in seen), head)
     pending.remove(pick)
     return pick
 
@@ -372,7 +379,8 @@ class ProcessBackend(Backend):
                     pending.clear()
                 for w in workers:
                     if w.job is None and pending and not stop.requested:
-                        w.job = next_job(pending, w.seen)
+                        others = set().union(*(o.seen for o in workers if o is not w))
+                        w.job = next_job(pending, w.seen, others)
                         w.seen.add((w.job.key[0], w.job.seed))
                         attempts[w.job.key] += 1
                         w.conn.send(w.job)
