@@ -187,3 +187,23 @@ def test_a_lost_head_is_one_line_and_the_run_resumes(tmp_path, cluster):
     r = turnout("resume", tmp_path / "ray.partial", "--quiet")
     assert r.returncode == 0, r.stderr
     assert_same_tables(tmp_path / "ray", tmp_path / "ref")
+
+
+def test_a_lost_head_under_the_ray_executor_leaves_a_run_that_resumes_on_this_machine(tmp_path, cluster):
+    """With the ``ray`` executor the run's own process is Ray's driver, and Ray ends it when the head goes;
+    the folder is intact, and ``turnout resume --set executor.name=sequential`` finishes it with the tables
+    of an uninterrupted run."""
+    ref_cfg, ray_cfg = _executor_config(tmp_path, cluster.address)
+    r = turnout("run", ref_cfg, "--out", tmp_path / "ref", "--quiet")
+    assert r.returncode == 0, r.stderr
+    held = tmp_path / "held"
+    cluster.add_node(num_cpus=1, env_vars=hold(held, "ray-train@3"))
+    cluster.wait_for_nodes()
+    run = start("run", ray_cfg, "--out", tmp_path / "ray", "--quiet")
+    wait_for(held, run)
+    cluster.remove_node(cluster.head_node, allow_graceful=False)
+    run.communicate(timeout=300)
+    assert run.returncode != 0
+    r = turnout("resume", tmp_path / "ray.partial", "--set", "executor.name=sequential", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert_same_tables(tmp_path / "ray", tmp_path / "ref")

@@ -60,7 +60,10 @@ def _parser() -> argparse.ArgumentParser:
     _add_no_train_arg(run)
     res = sub.add_parser("resume", help="continue interrupted runs from their last checkpoints")
     res.add_argument("resume", type=Path, nargs="+", metavar="DIR", help="run folder(s) (DIR or DIR.partial)")
-    res.set_defaults(config=None, overrides=[], out=None, variant=[], seed=[], plugins=[], no_train=False)
+    res.add_argument("--set", dest="overrides", action="append", default=[], metavar="executor.KEY=VALUE",
+                     help="train with another executor from here on (only executor.* keys: e.g. executor.name="
+                          "sequential when the Ray cluster the run used is gone); the folder records it")
+    res.set_defaults(config=None, out=None, variant=[], seed=[], plugins=[], no_train=False)
     for p_ in (run, res):
         p_.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="units run at once: N > 1 uses N local worker processes (default 1: this process)")
@@ -366,12 +369,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError("--retries", args.retries, "must be >= 0")
     backend = make_backend(args.backend, args.jobs, args.retries, args.address)
     specs = _run_specs(args, expand)  # validated, outputs checked: nothing is created before this succeeds
+    executor = _resume_executor(args) if args.config is None else None
     _BOUNDARY.folder = specs[0][2] or specs[0][3]
     backend.warm(sum(units_in(v) for v, *_ in specs if v))  # workers start while the datasets are built
     opened = []
     try:
         for variants, experiment, out, resume in specs:
-            opened.append(open_experiment(variants, experiment, out=out, resume=resume, expand=expand))
+            opened.append(open_experiment(variants, experiment, out=out, resume=resume, expand=expand,
+                                          executor=executor))
     except BaseException:
         backend.close()
         for o in opened:  # nothing has run yet: new folders go, resumed ones are released untouched
@@ -389,6 +394,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"note: {summary['system_only']}")
         print(f"run folder: {folder}")
     return 0
+
+
+def _resume_executor(args: argparse.Namespace) -> dict:
+    """``turnout resume DIR --set executor.KEY=VALUE``: the executor overrides (nothing else may change)."""
+    from ..config.loader import parse_override
+
+    overrides = dict(parse_override(o) for o in args.overrides)
+    for key in overrides:
+        if key != "executor" and not key.startswith("executor."):
+            raise ConfigError("--set", key, "a resumed run keeps its stored config; only executor.* may change (how "
+                                            "clients are trained, e.g. executor.name=sequential)")
+    return overrides
 
 
 def _run_specs(args: argparse.Namespace, expand) -> list[tuple]:

@@ -70,6 +70,8 @@ def choose(model: FlatModel, cohort: int, cores: int, device: str) -> tuple[str,
 class AutoExecutor(Executor):
     """Picks sequential, vectorized or parallel per round by a fixed rule (model, device, cohort, cores)."""
 
+    matches_sequential = False  # within float tolerance of sequential, not bitwise
+
     Config = AutoConfig
 
     @classmethod

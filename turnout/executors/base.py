@@ -33,6 +33,9 @@ class Executor(ABC):
     trains_running_stats: bool = True
     #: batches clients with ``torch.func.vmap``, so every layer of the model must have a batching rule
     needs_vmap: bool = False
+    #: its numbers are bitwise those of ``executor: sequential`` (a run may resume with another such executor
+    #: without a digit changing); False where batched kernels reassociate floats (``vectorized``)
+    matches_sequential: ClassVar[bool] = True
     #: optional packages the executor imports, as (module, extra) pairs: validation refuses it, naming the
     #: extra to install, when one is missing (the Ray executor needs ``ray``)
     requires: ClassVar[tuple[tuple[str, str], ...]] = ()

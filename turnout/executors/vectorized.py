@@ -52,6 +52,8 @@ class VectorizedConfig(StrictModel):
 class VectorizedExecutor(Executor):
     """Trains the cohort's clients together with torch.func.vmap, in chunks sized by a memory budget."""
 
+    matches_sequential = False  # within float tolerance of sequential, not bitwise
+
     Config = VectorizedConfig
     trains_running_stats = False
     needs_vmap = True

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 import yaml
@@ -27,6 +29,7 @@ from ..config.loader import ResolvedExperiment
 from ..core.environment import version_changes
 from ..core.errors import ConfigError, ConfigWarning, TurnoutError
 from ..core.metrics import comparison_rows, cumulate
+from ..executors.base import EXECUTORS
 from ..recorders.base import rows_to_columns
 from ..recorders.plots import plot_accuracy
 from ..sim import plugins
@@ -138,11 +141,21 @@ def first_difference(a, b, path: str = "") -> str | None:
     return None if a == b else path.rstrip(".") or "(whole config)"
 
 
-def open_resume(given: Path, expected_variants: list[ResolvedExperiment] | None, expand) -> tuple[RunFolder, list]:
+#: the config block a resumed run may change: *how* a round's clients are trained, never what they compute
+EXECUTOR = "executor"
+
+
+def open_resume(given: Path, expected_variants: list[ResolvedExperiment] | None, expand,
+                experiment: dict | None = None, executor: dict | None = None) -> tuple[RunFolder, list, Callable]:
     """Lock an unfinished run folder and rebuild its variants from what it stored.
 
-    ``expected_variants`` (from ``turnout run CONFIG --resume DIR``) must resolve to the stored
-    config; a difference is one line naming the first differing key.
+    ``expected_variants`` (from ``turnout run CONFIG --resume DIR``, with its ``experiment``) must resolve to
+    the stored config; a difference is one line naming the first differing key. The ``executor`` block is
+    the exception: a run started on a Ray cluster that is gone resumes on this machine's cores (``turnout
+    resume DIR --set executor.name=sequential``, the ``executor`` overrides here). The sequential, parallel
+    and Ray executors give bitwise the same numbers, so the tables do not change; a change to or from one
+    that does not (``vectorized``, ``auto``) is a warning. The third value records the new executor in the
+    folder; the caller calls it once the plan is prepared, so a resume that fails leaves the folder as it was.
     """
     folder = RunFolder.reopen(given)
     try:
@@ -158,19 +171,51 @@ def open_resume(given: Path, expected_variants: list[ResolvedExperiment] | None,
                                     "the resumed rounds may differ in their last digits from an uninterrupted run"),
                       stacklevel=2)
     try:
+        if executor:
+            stored = {**stored, "overrides": {**(stored.get("overrides") or {}), **executor}}
         variants = expand_experiment(stored, expand) if expected_variants is None else expected_variants
         _same_plugins(config.get("plugins") or [], variants[0].config.plugins)
         now = {v.variant: v.as_dict() for v in variants}
-        diff = first_difference(saved, now)
+        diff = first_difference(_without_executor(saved), _without_executor(now))
         if diff is not None:
             why = ("differs from the config the run was started with" if expected_variants is not None else
                    "resolves differently with this turnout version than when the run started")
             raise ConfigError(diff, _lookup(now, diff), f"{why} (stored in {folder.path / 'config.yaml'}); "
                                                         "resume with the original config")
+        record = (lambda: None) if first_difference(saved, now) is None else \
+            (lambda: _record_executor(folder, config, saved, now, experiment or stored))
     except BaseException:
         folder.release()
         raise
-    return folder, variants
+    return folder, variants, record
+
+
+def _without_executor(variants: dict) -> dict:
+    return {name: {k: v for k, v in cfg.items() if k != EXECUTOR} if isinstance(cfg, dict) else cfg
+            for name, cfg in variants.items()}
+
+
+def _record_executor(folder: RunFolder, config: dict, saved: dict, now: dict, experiment: dict) -> None:
+    """The resumed run trains with another executor: warn if numbers may move, and record it in the folder."""
+    def bitwise(block: dict) -> bool:
+        return EXECUTORS.get(block.get("name")).matches_sequential
+
+    for name, cfg in now.items():
+        was = saved.get(name, {}).get(EXECUTOR) or {}
+        if not (bitwise(was) and bitwise(cfg[EXECUTOR])):
+            warnings.warn(ConfigWarning(f"{folder.path}: the run continues with executor {cfg[EXECUTOR].get('name')}"
+                                        f" (it started with {was.get('name')}); `vectorized` (and `auto`, which may "
+                                        "pick it) agrees with the others within float tolerance, not bitwise: the "
+                                        "resumed rounds may differ in their last digits from an uninterrupted run"),
+                          stacklevel=3)
+            break
+    history = config.setdefault("executor_history", [])
+    history.append({"resumed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "was": {n: (v.get(EXECUTOR) or {}) for n, v in saved.items()}})
+    for name, cfg in now.items():
+        config["variants"][name][EXECUTOR] = cfg[EXECUTOR]
+    folder.write_json(EXPERIMENT, experiment)
+    atomic_write_text(folder.path / CONFIG, yaml.safe_dump(config, sort_keys=False))
 
 
 def _same_plugins(recorded: list[dict], specs: list[str]) -> None:
@@ -218,16 +263,19 @@ class OpenExperiment:
 
 
 def open_experiment(variants: list[ResolvedExperiment] | None, experiment: dict | None, out: Path | None = None,
-                    resume: Path | None = None, expand=None) -> OpenExperiment:
+                    resume: Path | None = None, expand=None, executor: dict | None = None) -> OpenExperiment:
     """Create (``out``) or reopen (``resume``) the run folder of an experiment and prepare its plan.
+
+    ``executor``: ``--set executor.KEY=VALUE`` overrides for a resumed run (see :func:`open_resume`).
 
     ``experiment`` is ``{"raw": dict, "overrides": {key: value}, "only": [names] | None}``: what resume
     re-expands. A new run that fails before its first unit starts leaves no folder behind.
     """
     if resume is not None:
-        folder, variants = open_resume(resume, variants, expand)
+        folder, variants, record_executor = open_resume(resume, variants, expand, experiment, executor)
         try:
             plan = prepare(variants)
+            record_executor()
             return OpenExperiment(plan, folder, folder.read_json(EXPERIMENT), created=False)
         except BaseException:
             folder.release()
