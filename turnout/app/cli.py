@@ -398,7 +398,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _resume_executor(args: argparse.Namespace) -> dict:
     """``turnout resume DIR --set executor.KEY=VALUE``: the executor overrides (nothing else may change)."""
-    from ..config.loader import parse_override
+    from ..config.loader import parse_override  # lazy: `turnout --help` and `list` start without the config stack
 
     overrides = dict(parse_override(o) for o in args.overrides)
     for key in overrides:
