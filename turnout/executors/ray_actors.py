@@ -75,8 +75,10 @@ class RayExecutorConfig(StrictModel):
     max_restarts: int = Field(2, ge=0, le=100, description="times a chunk of clients is trained again after its "
                                                            "actor was lost (a replacement actor is started; results "
                                                            "do not change)")
-    start_timeout_s: float = Field(120.0, gt=0.0, le=86400.0, description="seconds a round with no live actor "
-                                                                          "waits for a replacement to start")
+    start_timeout_s: float = Field(120.0, gt=0.0, le=86400.0, description="seconds the first round waits for "
+                                                                          "the actors to start (those that have "
+                                                                          "not join later), and a round with no "
+                                                                          "live actor waits for a replacement")
     address: str | None = Field(None, description="Ray cluster to join (HOST:PORT or ray://HOST:PORT) when this "
                                                   "process is not connected yet; default: start a local Ray")
 
