@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -79,6 +80,11 @@ class Algorithm(Stateful, Deployable, ABC):
     #: why the rule's wire traffic depends on update values (Adaptive-OU's NACKs); empty: it runs in the
     #: system-only mode (``--no-train``), where every aggregation is taken to change every coordinate
     needs_training: str = ""
+    #: the client rule (``client_start``, ``client_update``) and ``aggregate`` work on reports that stay on the
+    #: training device (a GPU) and keep no state there: the engine then aggregates on the device and only the new
+    #: global model comes back. False (the default) sends every report to the CPU first, as rules with per-client
+    #: state in the client-state store, or server state they update from the reports, need.
+    aggregates_on_device: ClassVar[bool] = False
 
     def __init__(self, cfg: BaseModel, ctx: AlgorithmContext):
         self.cfg = cfg

@@ -45,6 +45,7 @@ class FedAvg(Algorithm):
     Config = FedAvgConfig
 
     state_attrs = ("momentum_buf",)
+    aggregates_on_device = True  # a weighted mean of the reports; the momentum buffer is the CPU global's size
 
     def __init__(self, cfg: FedAvgConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)

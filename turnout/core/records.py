@@ -134,14 +134,18 @@ class Reports:
         return len(self.clients)
 
     def weighted_mean(self) -> torch.Tensor:
-        """Σ w_i u_i (divided by Σ w_i when weights are relative); zero when there are no reports."""
+        """Σ w_i u_i (divided by Σ w_i when weights are relative); zero when there are no reports.
+
+        Computed where the reports are (a GPU when the engine aggregates there); the result is on the CPU,
+        where the global model lives.
+        """
         if len(self) == 0:
             return torch.zeros(self.updates.shape[1], dtype=self.updates.dtype)
         w = torch.as_tensor(self.weights.copy(), dtype=self.updates.dtype)  # a writable copy of k weights
         if self.normalize:
             total = float(w.sum())
             w = w / total if total > 0 else torch.full_like(w, 1.0 / len(w))
-        return w @ self.updates
+        return (w.to(self.updates.device) @ self.updates).cpu()
 
 
 @dataclass(frozen=True)
@@ -174,6 +178,9 @@ class ClientBatch:
     global_params: torch.Tensor
     buffers: dict[str, torch.Tensor]
     seed: int
+    #: where the executor leaves the reports (``CohortResult.updates``): None = the CPU; the training device when
+    #: every component can aggregate there (:func:`turnout.sim.work.report_device`)
+    report_device: torch.device | None = None
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,8 @@ class AutoExecutor(Executor):
 
     Config = AutoConfig
 
+    reports_on_device = True  # on a device it runs vectorized or sequential, which both leave reports there
+
     @classmethod
     def processes(cls, cfg: AutoConfig) -> int:
         """As many as ``parallel`` would start: the rule may pick it for any round on a CPU."""
@@ -105,8 +107,9 @@ class AutoExecutor(Executor):
         if not self.rounds:
             return {}
         top = max(self.rounds, key=lambda n: self.rounds[n])  # most rounds; the first chosen on a tie
+        chosen = {k: v for ex in self.executors.values() for k, v in ex.summary().items()}  # e.g. GPU chunk sizes
         return {"auto_executor": top, "auto_executor_reason": self.reasons[top],
-                "auto_executor_rounds": dict(self.rounds)}
+                "auto_executor_rounds": dict(self.rounds), **chosen}
 
     def close(self) -> None:
         for ex in self.executors.values():

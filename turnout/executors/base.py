@@ -39,6 +39,9 @@ class Executor(ABC):
     #: optional packages the executor imports, as (module, extra) pairs: validation refuses it, naming the
     #: extra to install, when one is missing (the Ray executor needs ``ray``)
     requires: ClassVar[tuple[tuple[str, str], ...]] = ()
+    #: leaves the reports on the training device when asked (``ClientBatch.report_device``); executors whose
+    #: workers train on their own CPUs (parallel, ray) always return them on the CPU
+    reports_on_device: ClassVar[bool] = False
 
     def __init__(self, cfg: BaseModel):
         self.cfg = cfg

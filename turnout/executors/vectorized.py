@@ -31,6 +31,7 @@ from ..core.errors import ConfigError
 from ..data.federated import FederatedDataset
 from ..models.flat import FlatModel
 from ..training.local_sgd import LocalTrainer, batch_indices
+from ..training.resident import free_bytes
 from ..training.stacked_sgd import StackedObjective, StackedTrainer, padded_rows
 from .base import EXECUTORS, ClientBatch, CohortResult, Executor
 
@@ -43,7 +44,10 @@ ACTIVATION_COPIES = 3
 
 class VectorizedConfig(StrictModel):
     memory_mb: float = Field(512.0, gt=0.0, description="memory budget of one chunk of clients trained together "
-                                                        "(parameters, minibatches, activations)")
+                                                        "(parameters, minibatches, activations) on the CPU")
+    device_share: float = Field(0.5, gt=0.0, le=0.9,
+                                description="on a GPU, the share of the device's free memory (measured each round) "
+                                            "one chunk of clients may use; memory_mb is the CPU's budget")
     # The device is ``runtime.device`` (the trainer's): one setting says where local training runs,
     # whichever executor runs it.
 
@@ -57,11 +61,13 @@ class VectorizedExecutor(Executor):
     Config = VectorizedConfig
     trains_running_stats = False
     needs_vmap = True
+    reports_on_device = True
 
     def __init__(self, cfg: VectorizedConfig):
         super().__init__(cfg)
         self._stacked: tuple[LocalTrainer, StackedTrainer] | None = None
         self._activations: tuple[FlatModel, int] | None = None
+        self._largest_chunk = 0
 
     def run(self, batch: ClientBatch, algorithm: Algorithm, trainer: LocalTrainer,
             data: FederatedDataset) -> CohortResult:
@@ -78,43 +84,80 @@ class VectorizedExecutor(Executor):
         sizes = data.n_train[batch.clients].tolist()
         batches = [list(batch_indices(n, bsz, steps, rngmod.stream(batch.seed, "batches", batch.round, c)))
                    for c, n, steps in zip(clients, sizes, batch.steps.tolist())]
-        ends = torch.empty((k, dim), dtype=dtype)
+        out = batch.report_device or torch.device("cpu")  # where the reports are left
+        ends = torch.empty((k, dim), dtype=dtype, device=out)
         grad_sums = [None] * k
         losses, samples = np.zeros(k), np.zeros(k, dtype=np.int64)
         stacked = self._trainer(trainer)
         device = trainer.device
         buffers = {n: b.to(device) for n, b in batch.buffers.items()}
         first_row = np.asarray(data.train_offsets[batch.clients], dtype=np.int64)
-        size = self.chunk_size(model, data, max((len(b) for b in batches), default=0), bsz)
+        # On a GPU the pooled rows live there (put once per simulation): a chunk's minibatches are gathered
+        # on the device from one copy of their row numbers, and clients starting from the global model
+        # share one copy of it.
+        resident = trainer.resident(data.x_train, data.y_train)
+        global_on_device = batch.global_params.to(device)
+        if device.type != "cpu":
+            starts_on_device = [global_on_device if s is batch.global_params else s.to(device) for s in starts]
+        size = self.chunk_size(model, data, max((len(b) for b in batches), default=0), bsz, device)
+        if device.type != "cpu":
+            self._largest_chunk = max(self._largest_chunk, min(size, k))
         for a in range(0, k, size):
             rows = slice(a, min(k, a + size))
-            chunk_starts = torch.stack([s.reshape(-1).to(dtype) for s in starts[rows]]).to(device)
+            if device.type == "cpu":
+                chunk_starts = torch.stack([s.reshape(-1).to(dtype) for s in starts[rows]])
+            elif all(s is global_on_device for s in starts_on_device[rows]):
+                chunk_starts = global_on_device.reshape(1, -1).to(dtype).expand(rows.stop - rows.start, -1)
+            else:
+                chunk_starts = torch.stack([s.reshape(-1).to(dtype) for s in starts_on_device[rows]])
             idx, counts = padded_rows(batches[rows], first_row[rows], bsz)
-            xs = torch.from_numpy(np.ascontiguousarray(data.x_train[idx])).to(device)
-            ys = torch.from_numpy(np.ascontiguousarray(data.y_train[idx])).to(device)
+            if resident is not None:
+                at = torch.from_numpy(idx).to(device)
+                xs, ys = resident.inputs(resident.x[at]), resident.y[at]
+            else:
+                xs = torch.from_numpy(np.ascontiguousarray(data.x_train[idx])).to(device)
+                ys = torch.from_numpy(np.ascontiguousarray(data.y_train[idx])).to(device)
             obj = StackedObjective.stack(objectives[rows], dim, dtype, device)
             res = stacked.train(chunk_starts, buffers, xs, ys, torch.from_numpy(counts).to(device), batch.lr, obj)
-            ends[rows] = res.params.cpu()
+            ends[rows] = res.params.to(out)
             losses[rows], samples[rows] = res.mean_loss, res.samples
             if res.grad_sum is not None:
                 frozen = obj.freeze.cpu().tolist()
-                gs = res.grad_sum.cpu()
+                gs = res.grad_sum.to(out)
                 for i, row in enumerate(range(rows.start, rows.stop)):
                     grad_sums[row] = gs[i] if frozen[i] else None
-        updates = torch.empty((k, dim), dtype=dtype)
+        if out.type != "cpu":  # the hooks see the start points where the end points are
+            starts = [global_on_device if s is batch.global_params else s.to(out) for s in starts]
+        updates = torch.empty((k, dim), dtype=dtype, device=out)
         for row, c in enumerate(clients):
             update = algorithm.client_update(c, starts[row], ends[row], grad_sum=grad_sums[row])
             # A report of the wrong shape is kept as NaN so the engine rejects it before aggregation.
             updates[row] = update.reshape(-1) if update.numel() == dim else float("nan")
         return CohortResult(updates=updates, losses=losses, samples=samples, buffers=[{} for _ in clients])
 
-    def chunk_size(self, model: FlatModel, data: FederatedDataset, steps: int, batch_size: int) -> int:
-        """Clients per chunk: how many fit ``memory_mb`` (at least one)."""
+    def chunk_size(self, model: FlatModel, data: FederatedDataset, steps: int, batch_size: int,
+                   device: torch.device | None = None) -> int:
+        """Clients per chunk: how many fit the budget (at least one).
+
+        The budget is ``memory_mb`` on the CPU; on a GPU it is ``device_share`` of the memory the device has
+        free now (after the resident data and the last round's cached blocks, which torch reuses).
+        """
         item = np.dtype(data.x_train.dtype).itemsize * math.prod(data.input_shape)
+        on_gpu = device is not None and device.type != "cpu"
+        widened = 4 * math.prod(data.input_shape) if on_gpu else 0  # float16-stored rows, widened per chunk
         per_client = (PARAM_COPIES * model.dim * 4
-                      + steps * batch_size * (item + 8 + 8)
+                      + steps * batch_size * (item + widened + 8 + 8)
                       + ACTIVATION_COPIES * batch_size * 4 * self._activation_floats(model, data))
-        return max(1, int(self.cfg.memory_mb * 2**20 // per_client))
+        budget = self.cfg.memory_mb * 2**20
+        free = free_bytes(device) if on_gpu else None
+        if free is not None:
+            budget = self.cfg.device_share * (free + torch.cuda.memory_reserved(device)
+                                              - torch.cuda.memory_allocated(device))
+        return max(1, int(budget // per_client))
+
+    def summary(self) -> dict:
+        """The most clients trained together in one chunk (what the memory budget allowed)."""
+        return {"vectorized_chunk_clients": self._largest_chunk} if self._largest_chunk else {}
 
     def _trainer(self, trainer: LocalTrainer) -> StackedTrainer:
         if self._stacked is None or self._stacked[0] is not trainer:

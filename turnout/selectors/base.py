@@ -35,6 +35,8 @@ class Selector(Stateful, Deployable, ABC):
     #: why the selector needs a trained model (it ranks clients by loss); empty: it decides from the
     #: world alone (availability, sizes, history), so it runs in the system-only mode (``--no-train``)
     needs_training: str = ""
+    #: reads the clients' uploads (``RoundFeedback.updates``) on the CPU, so reports must come back from a GPU
+    reads_uploads: bool = False
 
     def __init__(self, cfg: BaseModel, world: WorldContext):
         self.cfg = cfg

@@ -144,6 +144,7 @@ class FedGS(Selector):
 
     def __init__(self, cfg: Config, world: WorldContext):
         super().__init__(cfg, world)
+        self.reads_uploads = cfg.graph == "update_cosine"
         n = self.num_clients
         if n > cfg.max_clients:
             raise ConfigError("selector.max_clients", cfg.max_clients,

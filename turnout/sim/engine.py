@@ -53,7 +53,7 @@ from ..world.wire import WirePricer
 from .composition import BuildContext, Injected, Parts, compose
 from .phases import Accounted, Aggregated, Opened, Settled, Trained, round_row
 from .system_only import SystemOnlyWork
-from .work import TrainedWork, TrainOrder, Work, finite_rows
+from .work import TrainedWork, TrainOrder, Work, finite_rows, report_device
 
 #: Server-side inputs handed to components that compare clients through the model's outputs.
 SERVER_INPUTS = 128
@@ -129,6 +129,7 @@ class Simulation(Stateful):
         self.diverged_at: int | None = None  # the round after which the global model stopped being finite
         self.unused_late_s = 0.0
         self.work.attach(self)
+        self.report_device, self._cpu_because = report_device(self)
 
     # ---- the components (read-only: inject replacements at construction) ------------------------
     availability = property(lambda self: self.parts.availability)
@@ -206,7 +207,7 @@ class Simulation(Stateful):
                 self.diverged_at = r
                 return
             acc, loss = evaluate(self.model, params, self.buffers, self.data.x_server_test, self.data.y_server_test,
-                                 cfg.eval.batch_size)
+                                 cfg.eval.batch_size, device=self.trainer.device)
             if not math.isfinite(loss) and len(self.data.y_server_test):
                 self.diverged_at = r
                 return
@@ -223,10 +224,19 @@ class Simulation(Stateful):
         """The run's tables, once it is finished (``rows`` = every round's row, from the first)."""
         summary = {"wall_s": wall_s, "late_unused_s": self.unused_late_s, **self.store.stats(),
                    **self.participation.summary(self.population.times_selected), **self.executor.summary(),
-                   **({"diverged_at_round": self.diverged_at} if self.diverged_at is not None else {})}
+                   **({"diverged_at_round": self.diverged_at} if self.diverged_at is not None else {}),
+                   **self._aggregation_summary()}
         if not self.work.trains_model:
             summary["system_only"] = True  # the run's summary.json spells out the proxy (PROXY_NOTE)
         return RunResult(self.exp.variant, self.seed, rows, self._client_columns(), summary, self.params)
+
+    def _aggregation_summary(self) -> dict:
+        """Where reports were summed, when training ran on an accelerator (nothing to say on the CPU)."""
+        if self.trainer.device.type == "cpu":
+            return {}
+        if self.report_device is not None:
+            return {"aggregation_device": str(self.report_device)}
+        return {"aggregation_device": "cpu", "aggregation_cpu_because": self._cpu_because}
 
     def release(self) -> None:
         """Release the executor's workers and the state store's spill files."""
@@ -313,7 +323,7 @@ class Simulation(Stateful):
         feedback = RoundFeedback(r, clients, agg, late, result.losses, result.samples, finish, verdict.busy_s,
                                  trained.decoded, duration)
         weights = np.asarray(self.selector.settle_weights(cohort, feedback), dtype=np.float64)
-        self.late.add(r, clients[late], t0 + finish[late], trained.decoded[torch.from_numpy(late)], weights[late],
+        self.late.add(r, clients[late], t0 + finish[late], trained.decoded[_mask(late, trained.decoded)], weights[late],
                       self.population.n_train[clients[late]], result.losses[late], verdict.busy_s[late])
         arrived = self.late.pop_arrived(t_end)
         stale_ok = (np.full(len(arrived), self.algorithm.uses_stale_updates)
@@ -329,8 +339,8 @@ class Simulation(Stateful):
         r, agg, arrived, ok = opened.round, settled.aggregated, settled.arrived, settled.stale_ok
         fresh_clients = opened.clients[agg]
         # Every report taken (the usual case): no cohort-sized copy, as server rules only read their reports.
-        fresh = trained.decoded if agg.all() else trained.decoded[torch.from_numpy(agg)]
-        stale = arrived.updates[torch.from_numpy(ok)]
+        fresh = trained.decoded if agg.all() else trained.decoded[_mask(agg, trained.decoded)]
+        stale = arrived.updates[torch.from_numpy(ok)].to(fresh.device)  # parked on the CPU
         reports = Reports(clients=np.concatenate([fresh_clients, arrived.clients[ok]]),
                           updates=torch.cat([fresh, stale]) if len(stale) else fresh,  # a cohort-sized copy less
                           weights=np.concatenate([settled.weights[agg], arrived.weights[ok]]),
@@ -383,6 +393,11 @@ class Simulation(Stateful):
                                       d.y_test, d.test_offsets, self.exp.config.eval.batch_size)
             cols["n_test"], cols["test_accuracy"], cols["test_loss"] = d.n_test, acc, loss
         return cols
+
+
+def _mask(rows: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+    """A boolean row mask on the device of the reports it selects."""
+    return torch.from_numpy(rows).to(like.device)
 
 
 __all__ = ["RunResult", "Simulation", "build_model", "finite_rows"]

@@ -101,8 +101,9 @@ class TrainedWork(Work):
 
     def train(self, sim: Simulation, opened: Opened, order: TrainOrder) -> WorkDone:
         r, clients = opened.round, opened.clients
-        result = sim.executor.run(ClientBatch(r, clients, order.steps, order.lr, sim.params, sim.buffers, sim.seed),
-                                  sim.algorithm, sim.trainer, sim.data)
+        batch = ClientBatch(r, clients, order.steps, order.lr, sim.params, sim.buffers, sim.seed,
+                            report_device=sim.report_device)
+        result = sim.executor.run(batch, sim.algorithm, sim.trainer, sim.data)
         decoded, up = sim.compressor.encode_uploads(r, clients, result.updates)
         up = sim.algorithm.upload_bytes(r, clients, result.updates,
                                         np.asarray(up, dtype=np.int64) * sim.algorithm.uplink_vectors)
@@ -121,6 +122,32 @@ class TrainedWork(Work):
         return changed
 
 
+def report_device(sim: Simulation) -> tuple[torch.device | None, str]:
+    """Where the cohort's reports stay after training, and why: the training device, or None (the CPU).
+
+    On a GPU, bringing a cohort's reports to the CPU and summing them there costs more than training a
+    small model (100 clients × 1.66M floats is 664 MB a round). So the reports stay where they were
+    trained and are summed there when every component that reads them can work on that device; the first
+    that cannot is named in the run's summary (``aggregation_cpu_because``).
+    """
+    device = sim.trainer.device
+    if device.type == "cpu":
+        return None, ""
+    parts = sim.parts
+    needs_cpu = [
+        (not sim.work.trains_model, "the work trains no model here"),
+        (not parts.executor.reports_on_device, f"executor {sim.exp['executor'].name} trains on CPU workers"),
+        (not parts.algorithm.aggregates_on_device,
+         f"algorithm {sim.exp['algorithm'].name} keeps client or server state on the CPU"),
+        (not parts.compressor.passes_uploads_through, f"compressor {sim.exp['compressor'].name} encodes on the CPU"),
+        (parts.selector.reads_uploads, f"selector {sim.exp['selector'].name} reads the uploads on the CPU"),
+    ]
+    for needed, why in needs_cpu:
+        if needed:
+            return None, why
+    return device, ""
+
+
 def finite_rows(x: torch.Tensor) -> np.ndarray:
     """Which rows of ``x`` hold only finite values: ``isfinite(x).all(1)``, without testing every element.
 
@@ -133,7 +160,7 @@ def finite_rows(x: torch.Tensor) -> np.ndarray:
     suspect = torch.nonzero(~ok).flatten()
     if len(suspect):
         ok[suspect] = torch.isfinite(x[suspect]).all(dim=1)
-    return ok.numpy()
+    return ok.cpu().numpy()
 
 
 def average_buffers(buffers: list[dict[str, torch.Tensor]], weights: np.ndarray) -> dict[str, torch.Tensor]:

@@ -26,6 +26,7 @@ from torch import nn
 
 from ..config.train import TrainConfig
 from ..models.flat import FlatModel
+from .resident import ResidentRows, fits
 
 Params = dict[str, torch.Tensor]
 
@@ -77,6 +78,27 @@ def batch_indices(n: int, batch_size: int, steps: int, rng: np.random.Generator)
             yield perm[i:i + batch_size]
 
 
+#: minibatches whose row indices go to the device in one copy (a block's indices: steps × batch int64s)
+INDEX_BLOCK_STEPS = 256
+
+
+def index_blocks(n: int, batch_size: int, steps: int, rng: np.random.Generator,
+                 block_steps: int = INDEX_BLOCK_STEPS) -> Iterator[tuple[np.ndarray, list[int]]]:
+    """:func:`batch_indices`' minibatches in blocks: one array of their rows and each minibatch's length.
+
+    The rows of up to ``block_steps`` steps travel to the training device in one copy instead of one
+    per step; the draws are :func:`batch_indices`' own, in its order, so the minibatches are unchanged.
+    """
+    block: list[np.ndarray] = []
+    for idx in batch_indices(n, batch_size, steps, rng):
+        block.append(idx)
+        if len(block) == block_steps:
+            yield np.concatenate(block), [len(b) for b in block]
+            block = []
+    if block:
+        yield np.concatenate(block), [len(b) for b in block]
+
+
 @dataclass
 class LocalResult:
     """What local training produced for one client."""
@@ -108,6 +130,7 @@ class LocalTrainer:
         self.loss_fn = loss_fn
         self._functional_grad = torch.func.grad_and_value(loss_fn)
         self._scratch: nn.Module | None = None  # the autograd backend's copy of the module, on the device
+        self._resident: tuple[np.ndarray, ResidentRows | None] | None = None  # (host x, its rows on the device)
 
     def grad_and_loss(self, params: Params, buffers: dict, x: torch.Tensor,
                       y: torch.Tensor) -> tuple[Params, torch.Tensor]:
@@ -186,19 +209,35 @@ class LocalTrainer:
             return dict(zip(params, torch.autograd.grad(loss, plist))), loss.detach()
         return params, bufs, grads
 
-    def train(self, start: torch.Tensor, buffers: dict[str, torch.Tensor], x: np.ndarray, y: np.ndarray,
-              steps: int, lr: float, rng: np.random.Generator, objective: LocalObjective | None = None) -> LocalResult:
+    def resident(self, x: np.ndarray, y: np.ndarray) -> ResidentRows | None:
+        """The pooled training rows ``(x, y)`` on the training device, copied once (None on the CPU, or if they
+        do not fit the device's share: :func:`~turnout.training.resident.fits`)."""
+        if self._resident is not None and self._resident[0] is x:
+            return self._resident[1]
+        rows = ResidentRows.put(x, y, self.device) if fits(x, y, self.device) else None
+        self._resident = (x, rows)
+        return rows
+
+    def train(self, start: torch.Tensor, buffers: dict[str, torch.Tensor], x: np.ndarray | torch.Tensor,
+              y: np.ndarray | torch.Tensor, steps: int, lr: float, rng: np.random.Generator,
+              objective: LocalObjective | None = None, resident: ResidentRows | None = None,
+              keep_on_device: bool = False) -> LocalResult:
         """Train from the flat vector ``start`` on ``(x, y)`` for ``steps`` minibatches.
 
         On a device other than the CPU the start point, the client's data and the optimiser state
-        live there; the result comes back to the CPU (on the CPU nothing is copied).
+        live there; the result comes back to the CPU (on the CPU nothing is copied) unless
+        ``keep_on_device`` (the engine aggregates there). ``x`` and ``y`` may be views of
+        :meth:`resident` rows (then ``resident`` says how to read them). A client's steps never wait
+        for the device: minibatch indices travel in blocks (:func:`index_blocks`) and the losses are
+        read once per block.
         """
         self.model.module.train()
         dev, cpu = self.device, torch.device("cpu")
         start = start.detach().to(dev)
         params, buffers, grad_and_loss = self._load(start, buffers)
-        xt = torch.from_numpy(np.ascontiguousarray(x)).to(dev)
-        yt = torch.from_numpy(np.ascontiguousarray(y)).to(dev)
+        xt = x if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(x)).to(dev)
+        yt = y if isinstance(y, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(y)).to(dev)
+        inputs = resident.inputs if resident is not None else _same
         obj = objective if objective is not None and not objective.is_plain() else None
         anchor = split_flat(start, params) if obj is not None and obj.prox_mu else None
         offset = split_flat(obj.offset.to(dev), params) if obj is not None and obj.offset is not None else None
@@ -206,52 +245,83 @@ class LocalTrainer:
         velocity = None
         total_loss, samples = 0.0, 0
         done = 0
-        for idx in batch_indices(len(y), self.cfg.batch_size, steps, rng):
-            done += 1
-            ti = torch.from_numpy(idx).to(dev)
-            grads, loss = grad_and_loss(xt[ti], yt[ti])
-            total_loss += float(loss) * len(idx)
-            samples += len(idx)
-            if grad_sum is not None:  # gradients at the start point: the local model stays put
-                grad_sum.add_(torch.cat([g.reshape(-1) for g in grads.values()]).to(grad_sum.dtype))
-                continue
-            if anchor is not None:
-                grads = {k: g + obj.prox_mu * (params[k].detach() - anchor[k]) for k, g in grads.items()}
-            if offset is not None:
-                grads = ({k: g + offset[k] for k, g in grads.items()} if obj.scale == 1.0
-                         else {k: obj.scale * g + offset[k] for k, g in grads.items()})
-            elif obj is not None and obj.scale != 1.0:
-                grads = {k: obj.scale * g for k, g in grads.items()}
-            if self.cfg.grad_clip is not None:
-                norm = torch.sqrt(sum((g * g).sum() for g in grads.values()))
-                scale = torch.clamp(self.cfg.grad_clip / (norm + 1e-12), max=1.0)
-                grads = {k: g * scale for k, g in grads.items()}
-            velocity = self.sgd_step(params, grads, velocity, lr)
+        for rows, lengths in index_blocks(len(yt), self.cfg.batch_size, steps, rng):
+            block = torch.from_numpy(rows)
+            # From pinned memory the copy does not wait for the device (the host allocator keeps the page alive).
+            block = block.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else block.to(dev)
+            losses = []
+            at = 0
+            for n in lengths:
+                ti = block[at:at + n]
+                at += n
+                grads, loss = grad_and_loss(inputs(xt[ti]), yt[ti])
+                losses.append(loss)
+                if grad_sum is not None:  # gradients at the start point: the local model stays put
+                    grad_sum.add_(torch.cat([g.reshape(-1) for g in grads.values()]).to(grad_sum.dtype))
+                    continue
+                if anchor is not None:
+                    grads = {k: g + obj.prox_mu * (params[k].detach() - anchor[k]) for k, g in grads.items()}
+                if offset is not None:
+                    grads = ({k: g + offset[k] for k, g in grads.items()} if obj.scale == 1.0
+                             else {k: obj.scale * g + offset[k] for k, g in grads.items()})
+                elif obj is not None and obj.scale != 1.0:
+                    grads = {k: obj.scale * g for k, g in grads.items()}
+                if self.cfg.grad_clip is not None:
+                    norm = torch.sqrt(sum((g * g).sum() for g in grads.values()))
+                    scale = torch.clamp(self.cfg.grad_clip / (norm + 1e-12), max=1.0)
+                    grads = {k: g * scale for k, g in grads.items()}
+                velocity = self.sgd_step(params, grads, velocity, lr)
+            # One read of the block's losses, summed step by step as float(loss) · len(batch) always was.
+            for value, n in zip(torch.stack(losses).tolist(), lengths):
+                total_loss += value * n
+            samples += len(rows)
+            done += len(lengths)
+        out = dev if keep_on_device else cpu
         with torch.no_grad():
-            end = self.model.flatten(params).to(cpu)  # a new tensor: the scratch module is reused
+            end = self.model.flatten(params).to(out)  # torch.cat made a new tensor: the scratch module is reused
             end_buffers = {k: v.to(cpu, copy=True) for k, v in buffers.items()}
         return LocalResult(params=end,
                            buffers=end_buffers,
                            mean_loss=total_loss / max(1, samples), steps=done, samples=samples,
-                           grad_sum=None if grad_sum is None else grad_sum.to(cpu))
+                           grad_sum=None if grad_sum is None else grad_sum.to(out))
+
+
+def _same(rows: torch.Tensor) -> torch.Tensor:
+    return rows
 
 
 @torch.no_grad()
 def evaluate(model: FlatModel, flat: torch.Tensor, buffers: dict[str, torch.Tensor], x: np.ndarray, y: np.ndarray,
-             batch_size: int = 2048) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy) of the flat parameters on ``(x, y)``."""
+             batch_size: int = 2048, device: torch.device | str = "cpu") -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) of the flat parameters on ``(x, y)``, computed on ``device``.
+
+    Evaluation runs where training runs: on a GPU a server test set through a CNN every few rounds would
+    otherwise cost the CPU more than the rounds themselves. Its sums are read once, at the end.
+    """
     if len(y) == 0:
         return float("nan"), float("nan")
+    dev = torch.device(device)
     model.module.eval()
-    params = model.unflatten(flat)
-    correct, loss = 0, 0.0
+    params = model.unflatten(flat.to(dev))
+    buffers = {k: v.to(dev) for k, v in buffers.items()} if dev.type != "cpu" else buffers
+    if dev.type == "cpu":  # the reference: float64 sums, one batch at a time
+        correct, loss = 0, 0.0
+        for a in range(0, len(y), batch_size):
+            xb = torch.from_numpy(np.ascontiguousarray(x[a:a + batch_size]))
+            yb = torch.from_numpy(np.ascontiguousarray(y[a:a + batch_size]))
+            logits = model.forward(params, buffers, xb)
+            loss += float(F.cross_entropy(logits, yb, reduction="sum"))
+            correct += int((logits.argmax(1) == yb).sum())
+        return correct / len(y), loss / len(y)
+    losses, hits = [], []
     for a in range(0, len(y), batch_size):
-        xb = torch.from_numpy(np.ascontiguousarray(x[a:a + batch_size]))
-        yb = torch.from_numpy(np.ascontiguousarray(y[a:a + batch_size]))
+        xb = torch.from_numpy(np.ascontiguousarray(x[a:a + batch_size])).to(dev)
+        yb = torch.from_numpy(np.ascontiguousarray(y[a:a + batch_size])).to(dev)
         logits = model.forward(params, buffers, xb)
-        loss += float(F.cross_entropy(logits, yb, reduction="sum"))
-        correct += int((logits.argmax(1) == yb).sum())
-    return correct / len(y), loss / len(y)
+        losses.append(F.cross_entropy(logits, yb, reduction="sum"))
+        hits.append((logits.argmax(1) == yb).sum())
+    loss = sum(torch.stack(losses).tolist())  # per batch, as the CPU path adds them
+    return int(torch.stack(hits).sum()) / len(y), loss / len(y)
 
 
 def evaluate_many(model: FlatModel, flat: torch.Tensor, buffers: dict, x: np.ndarray, y: np.ndarray,

@@ -67,7 +67,7 @@ class LateBuffer(Stateful):
         self.n_samples = np.concatenate([self.n_samples, n_samples])
         self.losses = np.concatenate([self.losses, losses])
         self.busy_s = np.concatenate([self.busy_s, busy_s])
-        self.updates = torch.cat([self.updates, updates])
+        self.updates = torch.cat([self.updates, updates.cpu()])  # parked on the CPU, even when trained on a GPU
 
     def pending_row(self, client: int, origin_round: int) -> int | None:
         """The row of ``client``'s report from ``origin_round`` whose arrival time is not known yet, if any."""

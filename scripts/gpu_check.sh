@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The GPU check: CUDA tests, the GPU benchmark figures, torch.compile's measurement and the pfl-like end-to-end
+# run, in one script, for a machine with an NVIDIA GPU that has Python, torch (CUDA), numpy, scipy, scikit-learn,
+# pandas, PyYAML, matplotlib and tqdm but may lack pydantic and cannot reach a package index.
+#
+#   bash scripts/gpu_check.sh [OUT_DIR]        # default OUT_DIR: gpu-check/ (its log: OUT_DIR/gpu_check.log)
+#
+# Before, on a machine with pip (the wheels of pydantic and its needs for the GPU machine's Python):
+#   python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux2014_x86_64 -d .whl pydantic==2.14.4 pydantic_core==2.50.5 annotated-types \
+#       typing-inspection "typing_extensions>=4.16"
+# and, for the Fashion-MNIST rows, a copy of the four IDX files in .gpu/fashion-mnist/.
+# Every step has its own time limit, so one stuck step leaves the others' figures.
+set -u
+OUT_DIR=${1:-gpu-check}
+mkdir -p "$OUT_DIR"
+LOG="$OUT_DIR/gpu_check.log"
+exec > >(tee -a "$LOG") 2>&1
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+
+step() { echo; echo "=== $1 ($(date -u +%H:%M:%S))"; }
+
+step "install: pydantic from .whl, turnout from this checkout (no dependencies fetched)"
+if ! "$PY" -c "import pydantic" 2>/dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        || { echo "installing the wheels failed"; exit 1; }
+    export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if [ -d .gpu/fashion-mnist ] && [ ! -d /usr/share/datasets/fashion-mnist ]; then
+    mkdir -p /usr/share/datasets && cp -r .gpu/fashion-mnist /usr/share/datasets/ 2>/dev/null \
+        || echo "could not place Fashion-MNIST under /usr/share/datasets (its rows will fail)"
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+"$PY" -c "import torch, numpy, pydantic, turnout; print('python', __import__('sys').version.split()[0], '| torch',
+torch.__version__, '| CUDA', torch.version.cuda, '|', torch.cuda.get_device_name(0), '| numpy', numpy.__version__,
+'| pydantic', pydantic.__version__)"
+
+step "smoke: the quickstart experiment on cuda, 3 rounds"
+timeout 120 "$PY" -m turnout run quickstart --set rounds=3 --set runtime.device=cuda --out "$OUT_DIR/smoke" \
+    --quiet 2>&1 | tail -5
+
+step "CUDA tests (every CUDA case; the CPU suite runs in CI)"
+timeout "${TEST_TIMEOUT:-240}" "$PY" -m pytest -q -p no:cacheprovider -rfE \
+    tests/test_device.py tests/training/test_stacked_sgd.py tests/training/test_device_training.py \
+    tests/executors/test_executor_choice.py "tests/executors/test_executor_equivalence.py" -k "cuda or device or gpu" \
+    2>&1 | tail -25
+
+step "bench/executors.py --device cuda (GPU columns; CPU ratios against bench/cpu_reference.json)"
+timeout "${BENCH_TIMEOUT:-300}" "$PY" bench/executors.py --device cuda --gpu-only \
+    --models logreg,mlp,cnn,cnn_fedavg,resnet18_gn --workloads W,W100,W1000 --rounds "${ROUNDS:-3}" --repeats 1
+
+step "pfl-like end to end: bench/pfl_cifar.yaml (1,500 rounds) — the whole turnout run, timed"
+t0=$(date +%s%N)
+timeout "${E2E_TIMEOUT:-150}" "$PY" -m turnout run bench/pfl_cifar.yaml --out "$OUT_DIR/e2e" --quiet 2>&1 | tail -4
+rc=${PIPESTATUS[0]}
+echo "turnout run bench/pfl_cifar.yaml: $(( ($(date +%s%N) - t0) / 1000000 )) ms wall, the whole command (rc $rc)"
+"$PY" - "$OUT_DIR/e2e/summary.json" <<'EOF'
+import json, sys
+try:
+    runs = json.load(open(sys.argv[1]))["runs"]
+except (OSError, ValueError, KeyError) as e:
+    sys.exit(f"no summary: {e}")
+keys = ("rounds", "wall_s", "final_accuracy", "best_accuracy", "aggregation_device", "aggregation_cpu_because",
+        "auto_executor", "vectorized_chunk_clients")
+for run in runs:
+    print({k: run[k] for k in keys if k in run})
+EOF
+
+step "torch.compile of the local and the vmapped step"
+timeout "${COMPILE_TIMEOUT:-120}" "$PY" bench/compile_step.py --device cuda --model cnn_fedavg --clients 100
+
+step "done"
