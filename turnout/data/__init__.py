@@ -1,6 +1,17 @@
 """Federated datasets (arrays + per-client offsets), their loaders and partitioners."""
 
-from . import digits, flower_partition, huggingface, idx, leaf, partition, population, shakespeare, synthetic  # noqa: F401  (register components)
+from . import (  # noqa: F401  (register components)
+    digits,
+    flower_partition,
+    huggingface,
+    idx,
+    leaf,
+    partition,
+    population,
+    shakespeare,
+    synthetic,
+    synthetic_images,
+)
 from .federated import FederatedDataset
 from .registry import DATASETS, PARTITIONERS
 
