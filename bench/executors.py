@@ -51,8 +51,8 @@ with ``--device cpu`` runs the same code on the CPU (a smoke test: no verdict on
 ``--gpu-only`` skips every CPU column (the GPU machine is lent by the minute): the CPU models get
 the two GPU columns too, and each GPU figure is set against the CPU sequential figure recorded in
 ``bench/cpu_reference.json`` (the table of ``docs/performance.md``). On CUDA a ``GPU MiB`` column
-gives the peak memory allocated during a column's timed rounds (``torch.cuda.max_memory_allocated``),
-and the vectorized columns on the GPU get a larger memory budget (``--memory-mb``, default 16384).
+gives the peak memory allocated during a column's timed rounds (``torch.cuda.max_memory_allocated``);
+on a GPU the vectorized executor sizes its chunks by the device's free memory (its ``device_share``).
 
     python bench/executors.py --device cuda --gpu-only --rounds 3 --repeats 1     # the GPU run (~5 min)
     python bench/executors.py --device cpu --gpu-rows --models cnn_fedavg --workloads W --rounds 1 --repeats 1
@@ -124,8 +124,6 @@ WORKLOADS = {"W": Workload(10), "W100": Workload(100),
 EXECUTORS = ["sequential", "vectorized", "parallel", "auto"]
 #: CPU sequential figures of the CPU models (docs/performance.md), for --gpu-only
 CPU_REFERENCE = Path(__file__).with_name("cpu_reference.json")
-#: vectorized's memory budget per chunk on a GPU (the executor's default, 512 MB, is sized for a CPU)
-GPU_MEMORY_MB = 16384.0
 
 
 def machine() -> str:
@@ -421,8 +419,8 @@ def main(argv=None) -> int:
     p.add_argument("--local-steps", type=int, default=TRAIN["local_steps"],
                    help="local steps of every client (default 10; fewer only to smoke-test big rows on a CPU)")
     p.add_argument("--memory-mb", type=float, default=None,
-                   help=f"vectorized's memory budget per chunk of clients in the --device columns (default on "
-                        f"cuda: {GPU_MEMORY_MB:.0f}; on the CPU the executor's own, 512)")
+                   help="vectorized's memory budget per chunk of clients on the CPU (default: the executor's "
+                        "own, 512); on a GPU the executor uses its device_share of the free memory instead")
     p.add_argument("--fmnist-path", default=None,
                    help="directory of the Fashion-MNIST IDX files for the mlp and cnn rows (default: Debian's "
                         "/usr/share/datasets/fashion-mnist)")
@@ -461,7 +459,7 @@ def main(argv=None) -> int:
     gpu_wanted = args.gpu_only or args.gpu_rows or any(m in GPU_MODELS for m in models)
     device = args.device
     executors = [({"name": name}, "cpu") for name in EXECUTORS]
-    memory_mb = args.memory_mb if args.memory_mb is not None else (GPU_MEMORY_MB if device == "cuda" else None)
+    memory_mb = args.memory_mb
     vectorized = {"name": "vectorized", **({"memory_mb": memory_mb} if memory_mb is not None else {})}
     device_columns = [({"name": "sequential"}, device), (vectorized, device)]
     if device == "cuda":
