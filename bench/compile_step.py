@@ -54,11 +54,11 @@ def build(model: str, shape: tuple[int, ...]) -> FlatModel:
     return FlatModel(comp.build(comp.Config(), shape, 10))
 
 
-def local_step(flat: FlatModel, device: torch.device, batch: int, compiled: bool):
+def local_step(flat: FlatModel, device: torch.device, batch: int, compiled: bool, mode: str):
     trainer = LocalTrainer(flat, TrainConfig(batch_size=batch, local_steps=1, lr=0.05), device=device)
     module = trainer._scratch_module()
     if compiled:
-        trainer._scratch = torch.compile(module)
+        trainer._scratch = torch.compile(module, mode=mode)
     start = flat.flat_params().to(device)
     params, _bufs, grads = trainer._load(start, {})
     x = torch.randn(batch, *SHAPE, device=device)
@@ -70,9 +70,9 @@ def local_step(flat: FlatModel, device: torch.device, batch: int, compiled: bool
     return step
 
 
-def vmapped_step(flat: FlatModel, device: torch.device, batch: int, clients: int, compiled: bool):
+def vmapped_step(flat: FlatModel, device: torch.device, batch: int, clients: int, compiled: bool, mode: str):
     stacked = StackedTrainer(flat, TrainConfig(batch_size=batch, local_steps=1, lr=0.05))
-    grad = torch.compile(stacked._grad) if compiled else stacked._grad
+    grad = torch.compile(stacked._grad, mode=mode) if compiled else stacked._grad
     starts = flat.flat_params().to(device).reshape(1, -1).expand(clients, -1).clone()
     params = {n: t.reshape(clients, *s) for n, t, s in zip(flat.names, torch.split(starts, flat.sizes, dim=1),
                                                            flat.shapes)}
@@ -100,16 +100,20 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=100, help="clients of the vmapped chunk")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--mode", default="default", help="torch.compile mode (default, reduce-overhead: CUDA graphs, ...)")
+    ap.add_argument("--steps-only", default="local,vmapped", help="which steps to measure")
     args = ap.parse_args()
+    torch.backends.cudnn.benchmark = True  # as runtime.cudnn_benchmark (on by default) sets it for a run
     SHAPE = tuple(int(s) for s in args.shape.split(","))
     device = torch.device(args.device)
     flat = build(args.model, SHAPE)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    print(f"torch.compile of turnout's steps: {args.model} {SHAPE}, batch {args.batch}, {args.clients} clients "
-          f"vmapped | {name} | torch {torch.__version__}")
+    print(f"torch.compile (mode {args.mode}) of turnout's steps: {args.model} {SHAPE}, batch {args.batch}, "
+          f"{args.clients} clients vmapped | {name} | torch {torch.__version__}")
     print(f"{'step':<14} {'eager ms':>9} {'compiled ms':>12} {'ratio':>6} {'first compiled calls s':>23}")
-    for label, make in [("local", lambda c: local_step(flat, device, args.batch, c)),
-                        ("vmapped", lambda c: vmapped_step(flat, device, args.batch, args.clients, c))]:
+    steps = [("local", lambda c: local_step(flat, device, args.batch, c, args.mode)),
+             ("vmapped", lambda c: vmapped_step(flat, device, args.batch, args.clients, c, args.mode))]
+    for label, make in [s for s in steps if s[0] in args.steps_only.split(",")]:
         eager = make(False)
         eager()
         t_eager = _timed(eager, args.steps, args.repeats, device)

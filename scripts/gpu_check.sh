@@ -17,6 +17,7 @@
 set -u
 OUT_DIR=${1:-gpu-check}
 STEPS=",${2:-smoke,tests,bench,e2e,layouts,compile},"
+BENCH_FLAGS=${BENCH_FLAGS:-}  # e.g. --compile: a vectorized column with the step compiled
 RUNS=$(mktemp -d)  # run folders (only the log goes to OUT_DIR)
 mkdir -p "$OUT_DIR"
 LOG="$OUT_DIR/gpu_check.log"
@@ -57,8 +58,9 @@ fi
 
 if wanted bench; then
 step "bench/executors.py --device cuda (GPU columns; CPU ratios against bench/cpu_reference.json)"
-timeout "${BENCH_TIMEOUT:-300}" "$PY" bench/executors.py --device cuda --gpu-only --fmnist-path "$FMNIST" \
-    --models "${MODELS:-logreg,mlp,cnn,cnn_fedavg,resnet18_gn}" --workloads W,W100,W1000 --rounds "${ROUNDS:-3}" \
+timeout "${BENCH_TIMEOUT:-300}" "$PY" bench/executors.py --device cuda --gpu-only --fmnist-path "$FMNIST" $BENCH_FLAGS \
+    --models "${MODELS:-logreg,mlp,cnn,cnn_fedavg,resnet18_gn}" --workloads "${WORKLOADS:-W,W100,W1000}" \
+    --rounds "${ROUNDS:-3}" \
     --repeats 1
 fi
 
@@ -68,6 +70,15 @@ t0=$(date +%s%N)
 timeout "${E2E_TIMEOUT:-150}" "$PY" -m turnout run bench/pfl_cifar.yaml --out "$RUNS/e2e" --quiet 2>&1 | tail -4
 rc=${PIPESTATUS[0]}
 echo "turnout run bench/pfl_cifar.yaml: $(( ($(date +%s%N) - t0) / 1000000 )) ms wall, the whole command (rc $rc)"
+if [ "$rc" != 0 ] && [ "$rc" != 124 ]; then
+    echo "--- again without torch.compile (executor.compile=false)"
+    rm -rf "$RUNS/e2e" "$RUNS/e2e.partial"
+    t0=$(date +%s%N)
+    timeout "${E2E_TIMEOUT:-150}" "$PY" -m turnout run bench/pfl_cifar.yaml --set executor.compile=false \
+        --out "$RUNS/e2e" --quiet 2>&1 | tail -4
+    rc=${PIPESTATUS[0]}
+    echo "turnout run bench/pfl_cifar.yaml (eager): $(( ($(date +%s%N) - t0) / 1000000 )) ms wall (rc $rc)"
+fi
 "$PY" - "$RUNS/e2e/summary.json" <<'EOF'
 import json, sys
 try:
@@ -89,7 +100,8 @@ fi
 
 if wanted compile; then
 step "torch.compile of the local and the vmapped step"
-timeout "${COMPILE_TIMEOUT:-120}" "$PY" bench/compile_step.py --device cuda --model cnn_fedavg --clients 100
+timeout "${COMPILE_TIMEOUT:-120}" "$PY" bench/compile_step.py --device cuda --model cnn_fedavg --clients 100 \
+    --mode "${COMPILE_MODE:-default}" ${COMPILE_FLAGS:-}
 fi
 
 step "done"

@@ -76,4 +76,4 @@ def test_pfl_cifar_experiment_is_the_scale_it_mirrors():
     assert (data.name, data.cfg.num_clients, data.cfg.samples_per_client) == ("synthetic_images", 1000, 50)
     assert tuple(v["data"].cfg.input_shape) == (3, 32, 32) and v["model"].name == "cnn_fedavg"
     assert v["selector"].cfg.clients_per_round == 50 and v["algorithm"].name == "fedavg"
-    assert v["executor"].name == "auto" and v["executor"].cfg.memory_mb == 8192
+    assert v["executor"].name == "vectorized" and v["executor"].cfg.compile

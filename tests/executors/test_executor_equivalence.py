@@ -186,6 +186,23 @@ def test_batchnorm_model_in_parallel_returns_per_client_buffers_bitwise(simulate
 #: GPU against CPU: cuBLAS and cuDNN add in other orders than the CPU's kernels (and TF32 is off: torch's
 #: default for float32 matmuls), so a few float32 ulps per step, compounded over the rounds' steps
 GPU_RTOL, GPU_ATOL = 1e-4, 1e-5
+#: compressors that round each coordinate to a level (8-bit quantisation): where the GPU's and the CPU's
+#: value of a coordinate straddle a level boundary they round to neighbouring levels, a difference of one
+#: quantisation step in that coordinate (seen on an H100: FedAWE with quant8, 1 of 610 coordinates, 1.5e-4).
+#: For them at most this share of the final model's coordinates may be off by more than the tolerance.
+LEVEL_ROUNDING = {"quant8": 0.01}
+
+
+def assert_close_but_rounding(a, b, compressor):
+    """:func:`assert_close` at the GPU tolerance; a quantiser's final model may differ by whole levels in a few
+    coordinates (:data:`LEVEL_ROUNDING`), its rounds' rows not."""
+    if compressor not in LEVEL_ROUNDING:
+        return assert_close(a, b, GPU_RTOL, GPU_ATOL)
+    far = ~torch.isclose(a.final_params, b.final_params, rtol=GPU_RTOL, atol=GPU_ATOL)
+    assert float(far.float().mean()) <= LEVEL_ROUNDING[compressor], int(far.sum())
+    same = a.final_params.clone()
+    same[far] = b.final_params[far]
+    assert_close(type(a)(a.variant, a.seed, a.rounds, a.clients, a.summary, same), b, GPU_RTOL, GPU_ATOL)
 
 
 def on_cuda(raw):
@@ -199,7 +216,7 @@ def test_cuda_matches_the_cpu(algorithm, compressor, executor, simulate):
     """Every algorithm × compressor trained on the GPU (one client at a time, and vectorised) gives the CPU
     sequential executor's rounds within the GPU tolerance; counts and bytes exactly."""
     sim, res = simulate(on_cuda(config(algorithm, compressor, executor)))
-    assert_close(res, reference(simulate, config(algorithm, compressor)), GPU_RTOL, GPU_ATOL)
+    assert_close_but_rounding(res, reference(simulate, config(algorithm, compressor)), compressor)
     assert res.summary["aggregation_device"] in ("cpu", str(sim.trainer.device))
 
 
@@ -217,3 +234,18 @@ def test_vectorized_chunks_do_not_change_results(simulate):
     _, one = simulate(config("scaffold", executor={"name": "vectorized", "memory_mb": 1e-6}))
     _, many = simulate(config("scaffold", executor={"name": "vectorized", "memory_mb": 4096}))
     assert_close(one, many)
+
+
+@pytest.mark.slow
+def test_compiled_vectorized_matches_sequential(simulate):
+    """``compile: true`` traces the same vmapped step: within vectorized's tolerance of sequential (CPU, slow: the
+    first round compiles)."""
+    _, res = simulate(config("fedprox", executor={"name": "vectorized", "compile": True}, momentum=0.5))
+    assert_close(res, reference(simulate, config("fedprox", momentum=0.5)))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
+@pytest.mark.parametrize("algorithm", ["fedavg", "scaffold"])
+def test_compiled_vectorized_on_cuda_matches_the_cpu(algorithm, simulate):
+    _, res = simulate(on_cuda(config(algorithm, executor={"name": "vectorized", "compile": True})))
+    assert_close(res, reference(simulate, config(algorithm)), GPU_RTOL, GPU_ATOL)

@@ -109,7 +109,8 @@ def test_fedavg_is_summed_on_the_gpu_and_scaffold_says_why_not(executor, simulat
     assert res.summary["aggregation_device"].startswith("cuda") and sim.report_device is not None
     _, cpu = simulate(RAW)
     torch.testing.assert_close(res.final_params, cpu.final_params, rtol=1e-4, atol=1e-5)
-    for block, needs in [({"algorithm": {"name": "scaffold"}}, "algorithm scaffold"),
+    plain_sgd = {**cuda["train"], "momentum": 0.0}  # SCAFFOLD recovers gradients from plain local SGD
+    for block, needs in [({"algorithm": {"name": "scaffold"}, "train": plain_sgd}, "algorithm scaffold"),
                          ({"compressor": {"name": "topk", "ratio": 0.1}}, "compressor topk")]:
         _, res = simulate({**cuda, **block})
         assert res.summary["aggregation_device"] == "cpu" and needs in res.summary["aggregation_cpu_because"]

@@ -76,7 +76,11 @@ class RuntimeConfig(StrictModel):
                                                "16 TiB)")
     device: str = Field("cpu", pattern=r"^(cpu|cuda|cuda:[0-9]{1,2}|mps|auto)$",
                         description="where local training runs: cpu, cuda, cuda:N, mps or auto (the first of cuda, "
-                                    "mps, cpu that is available); aggregation stays on the CPU")
+                                    "mps, cpu that is available); evaluation runs there too, and aggregation when "
+                                    "every component can (the run's summary says where it ran)")
+    cudnn_benchmark: bool = Field(True, description="on a GPU, let cuDNN time its convolution algorithms once per "
+                                                    "shape and keep the fastest (grouped convolutions of vectorized "
+                                                    "clients gain most); results stay within the GPU tolerance")
     num_cpus: float = Field(1.0, gt=0.0, le=1024.0, description="CPUs a unit asks of Ray (--backend ray)")
     num_gpus: float = Field(0.0, ge=0.0, le=64.0, description="GPUs a unit asks of Ray (--backend ray; fractions "
                                                                 "share a GPU)")

@@ -45,6 +45,9 @@ ACTIVATION_COPIES = 3
 class VectorizedConfig(StrictModel):
     memory_mb: float = Field(512.0, gt=0.0, description="memory budget of one chunk of clients trained together "
                                                         "(parameters, minibatches, activations) on the CPU")
+    compile: bool = Field(False, description="torch.compile the vmapped step (compiled once per chunk shape, in "
+                                             "seconds; pays off over many rounds of small steps: "
+                                             "docs/performance.md)")
     device_share: float = Field(0.5, gt=0.0, le=0.9,
                                 description="on a GPU, the share of the device's free memory (measured each round) "
                                             "one chunk of clients may use; memory_mb is the CPU's budget")
@@ -161,7 +164,7 @@ class VectorizedExecutor(Executor):
 
     def _trainer(self, trainer: LocalTrainer) -> StackedTrainer:
         if self._stacked is None or self._stacked[0] is not trainer:
-            self._stacked = (trainer, StackedTrainer(trainer.model, trainer.cfg))
+            self._stacked = (trainer, StackedTrainer(trainer.model, trainer.cfg, compile=self.cfg.compile))
         return self._stacked[1]
 
     def _activation_floats(self, model: FlatModel, data: FederatedDataset) -> int:

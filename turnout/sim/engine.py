@@ -120,6 +120,8 @@ class Simulation(Stateful):
                               f"must be <= the number of clients ({n}) of this dataset")
         self.population = Population(n_train=data.n_train, devices=self.parts.devices.profiles(n, seed))
         self.trainer = LocalTrainer(self.model, exp.train, device=resolve_device(cfg.runtime.device))
+        if self.trainer.device.type == "cuda":  # torch's switch is per process; the run's config sets it
+            torch.backends.cudnn.benchmark = cfg.runtime.cudnn_benchmark
         self.ledger = CoordinateLedger(dim, cfg.rounds)
         self.late = LateBuffer(dim if self.work.trains_model else 0)  # proxy reports carry no update values
         self.participation = ParticipationTracker(n)

@@ -101,7 +101,7 @@ class StackedResult:
 class StackedTrainer:
     """Minibatch SGD (momentum, nesterov, weight decay, clipping) for a stack of clients."""
 
-    def __init__(self, model: FlatModel, cfg: TrainConfig):
+    def __init__(self, model: FlatModel, cfg: TrainConfig, compile: bool = False):
         self.model, self.cfg = model, cfg
 
         def loss_fn(params: Params, buffers: dict, x: torch.Tensor, y: torch.Tensor, count: torch.Tensor
@@ -111,6 +111,8 @@ class StackedTrainer:
             return torch.where(real, ce, torch.zeros_like(ce)).sum() / count.clamp(min=1)
 
         self._grad = torch.func.vmap(torch.func.grad_and_value(loss_fn), in_dims=(0, None, 0, 0, 0))
+        if compile:  # traced once per chunk shape: the transforms' Python work leaves the step
+            self._grad = torch.compile(self._grad)
 
     def train(self, starts: torch.Tensor, buffers: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
               counts: torch.Tensor, lr: float, objective: StackedObjective | None = None) -> StackedResult:
