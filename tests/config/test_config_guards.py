@@ -203,8 +203,8 @@ def test_data_seed_is_bounded_too():
     (with_set(eval__bogus=1), "eval.bogus", "batch_size, centralized_baseline, centralized_epochs, every, per_client"),
     (with_set(output__bogus=1), "output.bogus", "allowed keys: plots, progress"),
     (with_set(runtime__bogus=1), "runtime.bogus",
-     "allowed keys: checkpoint_every_rounds, checkpoint_every_s, device, num_cpus, num_gpus, state_budget_mb, "
-     "torch_threads"),
+     "allowed keys: checkpoint_every_rounds, checkpoint_every_s, cudnn_benchmark, device, num_cpus, num_gpus, "
+     "state_budget_mb, torch_threads"),
     (with_set(train__lr_schedule__bogus=1), "train.lr_schedule.bogus",
      "allowed keys: gamma, min_lr, name, sqrt_scale, step_size"),
     (with_set(availability__name="trace", availability__generator__bogus=1), "availability.generator.bogus",

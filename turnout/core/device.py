@@ -1,12 +1,12 @@
 """Which torch device local training runs on: ``runtime.device: cpu | cuda | cuda:N | mps | auto``.
 
-Local training is where a simulation spends its time, so that is what moves: an executor trains a
-client (or a whole cohort, vectorised) with the start point, the client's data and the optimiser
-state on the device and brings the end point back. Everything between rounds — aggregation, the
-compressors, the client-state store, the byte ledger — stays on the CPU as flat float32 vectors:
-it costs O(cohort × model) per round, small next to training, and keeping it in one place keeps
-every component device-agnostic. Minibatch indices come from the same keyed streams on every
-device; results on a GPU agree with the CPU's up to float32 reassociation in its kernels.
+Local training is where a simulation spends its time, so that is what moves: the clients' rows go
+to the device once per simulation (:mod:`turnout.training.resident`), an executor trains there, and
+evaluation runs there. The cohort's reports stay on the device and are summed there when every
+component that reads them declares it can (:func:`turnout.sim.work.report_device`); the client-state
+store, the byte ledger and the world stay on the CPU. Minibatch indices come from the same keyed
+streams on every device; results on a GPU agree with the CPU's up to float32 reassociation in its
+kernels.
 """
 
 from __future__ import annotations
