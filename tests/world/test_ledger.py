@@ -48,3 +48,20 @@ def test_sparse_bytes_rule():
     assert sparse_bytes(500, dim) == 500 * 4 + 125  # bitmap (1000/8 B) beats 500 indices
     assert sparse_bytes(0, dim) == 0
     assert sparse_bytes(990, dim) == 4000  # never more than the dense vector
+
+
+def test_dense_and_sparse_masks_leave_the_state_the_index_path_leaves():
+    """Masks changing ≥ 90 % of the coordinates take the counting path; any mix gives the index path's state."""
+    dim, rounds = 5_000, 12
+    rng = np.random.default_rng(3)
+    fast, slow = CoordinateLedger(dim, rounds), CoordinateLedger(dim, rounds)
+    for r in range(rounds):
+        share = [1.0, 0.95, 0.9, 0.5, 0.02, 0.0][r % 6]
+        mask = rng.random(dim) < share
+        assert fast.record(r, mask) == int(mask.sum())
+        slow.record(r, np.flatnonzero(mask))  # an index array always takes the index path
+        np.testing.assert_array_equal(fast.last_changed, slow.last_changed)
+        np.testing.assert_array_equal(fast.hist, slow.hist)
+        synced = rng.integers(-2, r + 1, 50)
+        np.testing.assert_array_equal(fast.lacking(synced), brute_force(fast.last_changed, synced))
+    assert fast.hist.sum() == dim

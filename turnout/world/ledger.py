@@ -30,7 +30,20 @@ class CoordinateLedger(Stateful):
         self.hist[0] = dim
 
     def record(self, round: int, changed: np.ndarray) -> int:
-        """Mark coordinates (bool mask or index array) as changed by round ``round``; returns how many."""
+        """Mark coordinates (bool mask or index array) as changed by round ``round``; returns how many.
+
+        A mask that changes at least 90 % of the coordinates (a dense round) is recorded by counting the ones
+        that did not change: a few array passes instead of gathering and re-binning millions of indices
+        (``bench/ledger_record.py``: 1.6 against 16.5 ms a round for a 2.16 M-parameter model, where a GPU
+        round's CPU work is counted in milliseconds). Both paths give the same state.
+        """
+        if changed.dtype == bool and changed.shape == self.last_changed.shape:
+            n = int(np.count_nonzero(changed))
+            if 10 * n >= 9 * self.dim:  # below 90 % the index path is as fast (bench/ledger_record.py)
+                self.hist[:] = np.bincount(self.last_changed[~changed] + 1, minlength=len(self.hist))
+                self.hist[round + 1] += n
+                np.putmask(self.last_changed, changed, round)
+                return n
         idx = np.flatnonzero(changed) if changed.dtype == bool else np.asarray(changed, dtype=np.int64)
         if len(idx) == 0:
             return 0
