@@ -49,8 +49,8 @@ def main() -> None:
             dense.record(r, m)
             t_dense += time.perf_counter() - t0
         same = np.array_equal(general.hist, dense.hist) and np.array_equal(general.last_changed, dense.last_changed)
-        print(f"changed {share:.2f}: index path {t_general / ROUNDS * 1e3:6.2f} ms, record {t_dense / ROUNDS * 1e3:6.2f} ms,"
-              f" ratio {t_dense / t_general:.2f}, same state: {same}")
+        print(f"changed {share:.2f}: index path {t_general / ROUNDS * 1e3:6.2f} ms, "
+              f"record {t_dense / ROUNDS * 1e3:6.2f} ms, ratio {t_dense / t_general:.2f}, same state: {same}")
 
 
 if __name__ == "__main__":
