@@ -5,7 +5,7 @@
 #
 #   bash scripts/gpu_check.sh [OUT_DIR] [STEPS]   # log: OUT_DIR/gpu_check.log (default OUT_DIR: gpu-check/)
 #
-# STEPS: a comma-separated subset of smoke,tests,bench,e2e,layouts,compile (default: all, in that order:
+# STEPS: a comma-separated subset of smoke,tests,bench,e2e,layouts,compile,profile (default: all, in that order:
 # the most needed first, so a run cut short by its time limit keeps them).
 #
 # Before, on a machine with pip (the wheels of pydantic and its needs for the GPU machine's Python):
@@ -16,7 +16,7 @@
 # Every step has its own time limit, so one stuck step leaves the others' figures.
 set -u
 OUT_DIR=${1:-gpu-check}
-STEPS=",${2:-smoke,tests,bench,e2e,layouts,compile},"
+STEPS=",${2:-smoke,tests,bench,e2e,layouts,compile,profile},"
 BENCH_FLAGS=${BENCH_FLAGS:-}  # e.g. --compile: a vectorized column with the step compiled
 RUNS=$(mktemp -d)  # run folders (only the log goes to OUT_DIR)
 mkdir -p "$OUT_DIR"
@@ -102,6 +102,11 @@ if wanted compile; then
 step "torch.compile of the local and the vmapped step"
 timeout "${COMPILE_TIMEOUT:-120}" "$PY" bench/compile_step.py --device cuda --model cnn_fedavg --clients 100 \
     --mode "${COMPILE_MODE:-default}" ${COMPILE_FLAGS:-}
+fi
+
+if wanted profile; then
+step "where a pfl-like round's time goes (engine phases, then torch.profiler's top operations)"
+timeout "${PROFILE_TIMEOUT:-120}" "$PY" bench/profile_round.py bench/pfl_cifar.yaml --warmup 5 --rounds 20
 fi
 
 step "done"

@@ -1,0 +1,95 @@
+"""Where a round's time goes: each engine phase's wall time, and torch.profiler's top operations.
+
+An experiment file's rounds are run as ``turnout run`` runs them (evaluation included); after
+``--warmup`` rounds (compilation, cuDNN's timing, caches) ``--rounds`` rounds are timed phase by phase
+(open, train, settle, aggregate, account, evaluation) with the device synchronised at each phase's
+end, so a phase's figure includes the device work it queued. Then the same number of rounds runs
+under ``torch.profiler`` and the operations with the most self time are printed (CPU, and CUDA where
+training runs on a GPU). Written to find why a pfl-like GPU round (``bench/pfl_cifar.yaml``) takes
+about 0.1 s when its vmapped steps take a few ms each (docs/gpu.md).
+
+    python bench/profile_round.py bench/pfl_cifar.yaml --rounds 20
+    python bench/profile_round.py bench/pfl_cifar.yaml --set runtime.device=cpu --set executor.compile=false
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections import defaultdict
+
+import torch
+
+from turnout.runs.experiment import prepare
+from turnout.sim.composition import load_experiment
+from turnout.sim.engine import Simulation
+
+PHASES = ("_open", "_train", "_settle", "_aggregate", "_account", "_evaluate")
+
+
+def _sync(sim: Simulation) -> None:
+    if sim.trainer.device.type == "cuda":
+        torch.cuda.synchronize(sim.trainer.device)
+
+
+def timed_phases(sim: Simulation, times: dict[str, list[float]]) -> None:
+    """Wrap this simulation's phase methods (on the instance only) so each call's wall time is recorded."""
+    for name in PHASES:
+        method = getattr(sim, name)
+
+        def wrapper(*args, _method=method, _name=name, **kwargs):
+            t0 = time.perf_counter()
+            out = _method(*args, **kwargs)
+            _sync(sim)
+            times[_name].append(time.perf_counter() - t0)
+            return out
+        setattr(sim, name, wrapper)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("config")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--top", type=int, default=25)
+    args = ap.parse_args()
+    (exp, *_rest) = load_experiment(args.config, args.set)
+    data = prepare([exp]).dataset_for(exp, exp.config.seeds[0])
+    sim = Simulation(exp, data, exp.config.seeds[0])
+    device = sim.trainer.device
+    print(f"profile of {args.config} {' '.join(args.set)} | device {device}"
+          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
+          + f" | torch {torch.__version__} | parameters {sim.model.dim:,}")
+    t0 = time.perf_counter()
+    sim.advance(until=args.warmup)
+    _sync(sim)
+    print(f"warm-up: {args.warmup} rounds in {time.perf_counter() - t0:.2f} s")
+    times: dict[str, list[float]] = defaultdict(list)
+    timed_phases(sim, times)
+    t0 = time.perf_counter()
+    sim.advance(until=args.warmup + args.rounds)
+    _sync(sim)
+    wall = (time.perf_counter() - t0) / args.rounds
+    print(f"{args.rounds} rounds: {wall * 1e3:.2f} ms a round")
+    for name in PHASES:
+        ts = times.get(name, [])
+        if ts:
+            print(f"  {name[1:]:<10} {sum(ts) / args.rounds * 1e3:8.2f} ms a round  (median call "
+                  f"{statistics.median(ts) * 1e3:.2f} ms, {len(ts)} calls)")
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        sim.advance(until=args.warmup + 2 * args.rounds)
+        _sync(sim)
+    sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top))
+    if device.type == "cuda":
+        print(prof.key_averages().table(sort_by=sort, row_limit=args.top))
+    sim.release()
+
+
+if __name__ == "__main__":
+    main()
