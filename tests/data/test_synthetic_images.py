@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from turnout.config.components import validate_component
+from turnout.core import rng as rngmod
 from turnout.core.errors import ConfigError
 from turnout.data.registry import DATASETS
 from turnout.data.synthetic_images import (
@@ -17,7 +18,8 @@ from turnout.data.synthetic_images import (
     CHUNK_ROWS,
     SyntheticImagesDataset,
     noise_table,
-    upsampling_matrix,
+    upsample,
+    upsampling_taps,
 )
 
 S = SyntheticImagesDataset
@@ -128,9 +130,33 @@ def test_noise_table_and_upsampling():
     assert t.shape == (256,) and abs(float(t.mean())) < 1e-4 and 60 < float(t.std()) < 64
     assert (np.diff(t) > 0).all() and float(t.max()) < 3 * 64
     assert not noise_table(0.0).any()
-    m = upsampling_matrix(32, 4)
-    np.testing.assert_allclose(m.sum(axis=1), 1.0)  # a constant grid stays constant
-    assert (m >= 0).all() and m[0, 0] == 1.0 and m[-1, -1] == 1.0
+    taps = upsampling_taps(32, 4)
+    flat = upsample(np.full((2, 4), 3.0, np.float32), taps, axis=1)
+    assert flat.shape == (2, 32) and (flat == 3.0).all()  # a constant grid stays constant
+    ramp = upsample(np.arange(4, dtype=np.float32)[None], taps, axis=1)[0]
+    assert ramp[0] == 0.0 and ramp[-1] == 3.0 and (np.diff(ramp) >= 0).all()  # edges clamped, monotone
+
+
+def test_pixels_do_not_depend_on_a_blas_kernel():
+    """Every pixel is an element-wise float32 expression of the grid (no matrix product whose summation
+    order a BLAS kernel picks): the render equals the same interpolation written point by point."""
+    cfg = SyntheticImagesDataset.Config(num_clients=2, samples_per_client=3, input_shape=[2, 6, 5], resolution=3,
+                                        noise=0.0)
+    y = np.array([0, 1, 2, 1])
+    got = SyntheticImagesDataset.render(cfg, y, 7, "probe")
+    jitter = rngmod.stream(7, "probe-jitter").standard_normal((4, 2, 3, 3), dtype=np.float32)
+    grid = SyntheticImagesDataset.prototypes(cfg, 7)[y] + np.float32(cfg.jitter) * jitter
+    (lo_h, hi_h, f_h), (lo_w, hi_w, f_w) = upsampling_taps(6, 3), upsampling_taps(5, 3)
+    want = np.empty((4, 2, 6, 5), np.uint8)
+    one = np.float32(1.0)
+    for i, ch, r, col in np.ndindex(4, 2, 6, 5):
+        g = grid[i, ch]
+        top = g[lo_h[r], lo_w[col]] * (one - f_w[col]) + g[lo_h[r], hi_w[col]] * f_w[col]
+        bottom = g[hi_h[r], lo_w[col]] * (one - f_w[col]) + g[hi_h[r], hi_w[col]] * f_w[col]
+        v = top * (one - f_h[r]) + bottom * f_h[r]
+        v = v * np.float32(cfg.contrast) + np.float32(128.0)
+        want[i, ch, r, col] = np.uint8(min(max(v, np.float32(0.0)), np.float32(255.0)))
+    np.testing.assert_array_equal(got, want)
 
 
 def test_footprint_covers_what_it_builds():

@@ -32,22 +32,34 @@ from ..core.errors import ConfigError
 from .federated import DataFootprint, FederatedDataset, InputScaling, offsets_from_counts
 from .registry import DATASETS
 
-#: rows rendered at a time: bounds the float32 scratch (rows × pixels × 4 bytes × 2) whatever the population
+#: rows rendered at a time: bounds the float32 scratch (rows × pixels × 4 bytes × CHUNK_COPIES) whatever the population
 CHUNK_ROWS = 2048
-#: float32 scratch arrays a chunk holds at once (the upsampled image, the noise)
-CHUNK_COPIES = 2
+#: float32 scratch arrays a chunk holds at once (the two taps of the last upsampling, their weighted sum, the noise)
+CHUNK_COPIES = 4
 
 
-def upsampling_matrix(size: int, grid: int) -> np.ndarray:
-    """``(size, grid)`` bilinear interpolation weights (pixel centres aligned, edges clamped)."""
+def upsampling_taps(size: int, grid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Bilinear interpolation from ``grid`` to ``size`` points (pixel centres aligned, edges clamped): for every
+    output point its two source points ``lo``, ``hi`` and the weight ``frac`` of ``hi`` (float32)."""
     src = np.clip((np.arange(size) + 0.5) * grid / size - 0.5, 0.0, grid - 1)
     lo = np.floor(src).astype(np.int64)
     hi = np.minimum(lo + 1, grid - 1)
-    frac = src - lo
-    m = np.zeros((size, grid))
-    np.add.at(m, (np.arange(size), lo), 1.0 - frac)
-    np.add.at(m, (np.arange(size), hi), frac)
-    return m
+    return lo, hi, (src - lo).astype(np.float32)
+
+
+def upsample(x: np.ndarray, taps: tuple[np.ndarray, np.ndarray, np.ndarray], axis: int) -> np.ndarray:
+    """``x`` interpolated along ``axis`` with two taps per output point.
+
+    Element-wise products and sums, not a matrix product: a BLAS kernel may sum a product's terms in
+    another order on another CPU, and a pixel whose float lands on the other side of a rounding
+    boundary would make the dataset differ by machine. Each output here is ``x[lo]·(1 − frac) + x[hi]·frac``
+    in float32, the same bits everywhere.
+    """
+    lo, hi, frac = taps
+    shape = [1] * x.ndim
+    shape[axis] = len(frac)
+    f = frac.reshape(shape)
+    return np.take(x, lo, axis=axis) * (np.float32(1.0) - f) + np.take(x, hi, axis=axis) * f
 
 
 def noise_table(std: float) -> np.ndarray:
@@ -139,8 +151,7 @@ class SyntheticImagesDataset:
         c, h, w = cfg.input_shape
         g = cfg.resolution
         protos = cls.prototypes(cfg, seed)
-        up_h = upsampling_matrix(h, g).astype(np.float32)
-        up_w_t = upsampling_matrix(w, g).T.astype(np.float32).copy()
+        taps_h, taps_w = upsampling_taps(h, g), upsampling_taps(w, g)
         table = noise_table(cfg.noise)
         # 0.5 rounds to nearest when the clipped float is truncated to uint8
         base = np.float32(127.5 + 0.5)
@@ -148,16 +159,15 @@ class SyntheticImagesDataset:
         jitter_rng = rngmod.stream(seed, purpose + "-jitter")
         noise_rng = rngmod.stream(seed, purpose + "-noise")
         out = np.empty((len(y), c, h, w), np.uint8)
-        scratch = np.empty((min(len(y), CHUNK_ROWS), c, h, w), np.float32)  # reused: no page faults per chunk
         for a in range(0, len(y), CHUNK_ROWS):
             ys = y[a:a + CHUNK_ROWS]
             n = len(ys)
             grid = protos[ys]
             if cfg.jitter:
                 grid += np.float32(cfg.jitter) * jitter_rng.standard_normal(grid.shape, dtype=np.float32)
-            # separable upsampling: along the width, then along the height (two matrix products)
-            wide = (grid.reshape(-1, g) @ up_w_t).reshape(n, c, g, w)
-            img = np.matmul(up_h, wide, out=scratch[:n])  # (n, c, h, w)
+            # separable upsampling: along the width, then along the height (element-wise: the same bits on
+            # every machine, see upsample)
+            img = upsample(upsample(grid, taps_w, axis=3), taps_h, axis=2)  # (n, c, h, w)
             img *= contrast
             img += base
             img += table[noise_rng.integers(0, 256, img.shape, dtype=np.uint8)]
