@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pytest
+
 from turnout.app.cli import main
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
@@ -15,6 +17,7 @@ def test_quickstart_config_is_valid_and_small():
     assert variants[0]["data"].name == "synthetic" and variants[0]["model"].name == "logreg"
 
 
+@pytest.mark.slow  # ~14 s; the golden hashes pin the quickstart's numbers in the default suite
 def test_shorter_quickstart_is_within_three_points_of_centralized(tmp_path):
     """150 rounds of the K=20 variant (the full job runs 300): the gap to centralised is < 3 points."""
     out = tmp_path / "qs"

@@ -96,6 +96,7 @@ def test_a_unit_whose_worker_keeps_dying_is_reported_and_the_rest_is_kept(tmp_pa
     assert out.with_name("run.partial").is_dir()
 
 
+@pytest.mark.slow  # ~22 s; tests/test_ray_cluster.py (slow) loses a whole node mid-sweep
 def test_ray_backend_gives_byte_identical_tables_and_survives_a_lost_worker(configs, reference, tmp_path):
     pytest.importorskip("ray")
     out = tmp_path / "ray"

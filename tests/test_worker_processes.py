@@ -98,6 +98,7 @@ def test_an_unguarded_script_with_the_parallel_executor_gives_the_tables_of_one(
     _assert_same(tmp_path / "out", reference)
 
 
+@pytest.mark.slow  # ~8 s; the unguarded-script tests cover workers that never re-run the caller
 def test_python_c_with_two_jobs(reference, tmp_path):
     cfg = _config(tmp_path, "small")
     code = SCRIPT.replace("sys.argv[1]", repr(str(cfg))).replace("sys.argv[2]", repr(str(tmp_path / "out")))
