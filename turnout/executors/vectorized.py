@@ -130,8 +130,8 @@ class VectorizedExecutor(Executor):
                 gs = res.grad_sum.to(out)
                 for i, row in enumerate(range(rows.start, rows.stop)):
                     grad_sums[row] = gs[i] if frozen[i] else None
-        if out.type != "cpu":  # the hooks see the start points where the end points are
-            starts = [global_on_device if s is batch.global_params else s.to(out) for s in starts]
+        if out.type != "cpu":  # the hooks see the start points where the end points are (out is the training device)
+            starts = starts_on_device
         updates = torch.empty((k, dim), dtype=dtype, device=out)
         for row, c in enumerate(clients):
             update = algorithm.client_update(c, starts[row], ends[row], grad_sum=grad_sums[row])
