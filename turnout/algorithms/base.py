@@ -85,6 +85,10 @@ class Algorithm(Stateful, Deployable, ABC):
     #: global model comes back. False (the default) sends every report to the CPU first, as rules with per-client
     #: state in the client-state store, or server state they update from the reports, need.
     aggregates_on_device: ClassVar[bool] = False
+    #: each report is the default ``client_update`` (end − start) and ``aggregate`` reads the reports only
+    #: through ``Reports.weighted_mean()``: an executor may then keep the reports where they were trained and
+    #: send back partial weighted sums (the Ray executor's ``partial_sums``; :func:`turnout.sim.work.held_reports`)
+    sums_reports: ClassVar[bool] = False
 
     def __init__(self, cfg: BaseModel, ctx: AlgorithmContext):
         self.cfg = cfg

@@ -10,6 +10,7 @@ They live here, not in one seam's module, so no seam imports another to talk to 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Callable, Mapping
@@ -103,11 +104,45 @@ class RoundFeedback:
     n_samples: np.ndarray  # samples processed
     finish_s: np.ndarray  # seconds from round start to delivery (if it had not been cut)
     busy_s: np.ndarray  # client-seconds actually spent
-    updates: torch.Tensor  # (k, dim) decoded uploads
+    updates: torch.Tensor | HeldReports  # (k, dim) decoded uploads (held: see Selector.reads_uploads)
     duration_s: float
 
     def __post_init__(self) -> None:
         _freeze(self, "clients", "aggregated", "late", "train_loss", "n_samples", "finish_s", "busy_s")
+
+
+class HeldReports(ABC):
+    """A cohort's reports left where they were trained (a Ray actor's memory) instead of sent to the driver.
+
+    Shipping every client's report to the driver costs the cohort's size times the model's a round; a
+    server rule that only needs Σ w_i u_i can have each holder send its part of the sum instead
+    (pfl-research's design). Rows are read back exactly (:meth:`rows`) wherever a report itself is needed
+    — a late report parked for a later round — so only the sum's float order differs from dense reports.
+    An executor holds reports only when the run's components declare they read them through a weighted
+    sum alone (:func:`turnout.sim.work.held_reports`).
+    """
+
+    def __init__(self, count: int, dim: int, dtype: torch.dtype):
+        self.count, self.dim, self.dtype = count, dim, dtype
+
+    def __len__(self) -> int:
+        return self.count
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.count, self.dim)
+
+    @abstractmethod
+    def finite(self) -> np.ndarray:
+        """Which rows hold only finite values (checked where they are held)."""
+
+    @abstractmethod
+    def rows(self, mask: np.ndarray) -> torch.Tensor:
+        """The rows ``mask`` selects, exactly as trained, as a CPU tensor ``(mask.sum(), dim)``."""
+
+    @abstractmethod
+    def weighted_sum(self, rows: np.ndarray, weights: np.ndarray) -> torch.Tensor:
+        """Σ weights[j] · row ``rows[j]``, summed where the rows are held, as a CPU tensor ``(dim,)``."""
 
 
 @dataclass(frozen=True)
@@ -116,16 +151,19 @@ class Reports:
 
     ``updates`` are the decoded uploads (after the compressor), ``weights`` come from the
     selector (relative if ``normalize``), ``staleness`` is 0 for fresh reports and the number of
-    rounds late otherwise.
+    rounds late otherwise. When the executor held the fresh reports (``held``: the holder and the rows
+    of it aggregated), they are the first ``len(held[1])`` reports and ``updates`` holds only the rest;
+    a server rule sees that only if it declared it reads reports through :meth:`weighted_mean` alone.
     """
 
     clients: np.ndarray
-    updates: torch.Tensor  # (k, dim)
+    updates: torch.Tensor  # (k, dim), or the rows after the held ones
     weights: np.ndarray
     normalize: bool
     n_samples: np.ndarray
     losses: np.ndarray
     staleness: np.ndarray
+    held: tuple[HeldReports, np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         _freeze(self, "clients", "weights", "n_samples", "losses", "staleness")
@@ -136,8 +174,8 @@ class Reports:
     def weighted_mean(self) -> torch.Tensor:
         """Σ w_i u_i (divided by Σ w_i when weights are relative); zero when there are no reports.
 
-        Computed where the reports are (a GPU when the engine aggregates there); the result is on the CPU,
-        where the global model lives.
+        Computed where the reports are (a GPU when the engine aggregates there, the actors holding them);
+        the result is on the CPU, where the global model lives.
         """
         if len(self) == 0:
             return torch.zeros(self.updates.shape[1], dtype=self.updates.dtype)
@@ -145,7 +183,13 @@ class Reports:
         if self.normalize:
             total = float(w.sum())
             w = w / total if total > 0 else torch.full_like(w, 1.0 / len(w))
-        return (w.to(self.updates.device) @ self.updates).cpu()
+        if self.held is None:
+            return (w.to(self.updates.device) @ self.updates).cpu()
+        holder, rows = self.held
+        total = holder.weighted_sum(rows, w[:len(rows)].numpy())
+        if len(self.updates):
+            total = total + (w[len(rows):] @ self.updates.cpu())
+        return total
 
 
 @dataclass(frozen=True)
@@ -181,13 +225,16 @@ class ClientBatch:
     #: where the executor leaves the reports (``CohortResult.updates``): None = the CPU; the training device when
     #: every component can aggregate there (:func:`turnout.sim.work.report_device`)
     report_device: torch.device | None = None
+    #: the executor may keep the reports where it trained them and return a :class:`HeldReports` (only when
+    #: every component reads them through a weighted sum alone: :func:`turnout.sim.work.held_reports`)
+    hold_reports: bool = False
 
 
 @dataclass(frozen=True)
 class CohortResult:
     """Per-client outputs, stacked in the order of ``ClientBatch.clients``."""
 
-    updates: torch.Tensor  # (k, dim): what each client uploads (before compression)
+    updates: torch.Tensor | HeldReports  # (k, dim): what each client uploads (before compression)
     losses: np.ndarray  # mean training loss over the local steps
     samples: np.ndarray  # samples processed (drives compute time)
     buffers: list[dict[str, torch.Tensor]]

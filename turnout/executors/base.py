@@ -51,6 +51,11 @@ class Executor(ABC):
         """Worker processes this executor may start besides the driver (pre-flight counts their memory)."""
         return 0
 
+    def holds_reports(self) -> bool:
+        """Whether it keeps the reports where it trained them when a batch allows it (``ClientBatch.hold_reports``),
+        returning a :class:`~turnout.core.records.HeldReports` that sums them there. Default: never."""
+        return False
+
     @abstractmethod
     def run(self, batch: ClientBatch, algorithm: Algorithm, trainer: LocalTrainer,
             data: FederatedDataset) -> CohortResult:

@@ -49,6 +49,7 @@ from ..config.base import StrictModel
 from ..core import faults
 from ..core.errors import ConfigError
 from ..core.ray_address import check_head
+from ..core.records import HeldReports
 from ..data.federated import FederatedDataset
 from ..models.flat import FlatModel
 from ..training.local_sgd import LocalTrainer
@@ -81,6 +82,11 @@ class RayExecutorConfig(StrictModel):
                                                                           "live actor waits for a replacement")
     address: str | None = Field(None, description="Ray cluster to join (HOST:PORT or ray://HOST:PORT) when this "
                                                   "process is not connected yet; default: start a local Ray")
+    partial_sums: bool = Field(False, description="keep each client's report on the actor that trained it and "
+                                                  "send back one weighted sum per chunk instead of every end point; "
+                                                  "changes only the sum's float order (tolerance: docs/cluster.md), "
+                                                  "and only where the algorithm, compressor and selector read the "
+                                                  "reports through that sum alone (else off, said in summary.json)")
 
 
 class ClientTrainer:
@@ -94,6 +100,8 @@ class ClientTrainer:
         self.key: int | None = None
         self.trainer: LocalTrainer | None = None
         self.x = self.y = self.offsets = None
+        self.held: dict[int, torch.Tensor] = {}  # row → report of the clients this actor trained and keeps
+        self.held_round: tuple[int, int] | None = None  # (simulation, round) of ``held``
 
     def node(self) -> str:
         """The Ray node this actor runs on (answers once the actor is up)."""
@@ -107,21 +115,54 @@ class ClientTrainer:
         self.x, self.y, self.offsets, self.key = x, y, offsets, key
 
     def train(self, key: int, batch_round: int, seed: int, lr: float, buffers: dict, global_params: np.ndarray,
-              tasks: list[tuple]) -> tuple[list[tuple], float]:
+              tasks: list[tuple], hold: bool = False) -> tuple[list[tuple], float]:
         """Train each ``(row, client, steps, start or None for the global model, objective)`` task; also returns
-        the seconds it took here (the driver counts the rest of the round as the executor's overhead)."""
+        the seconds it took here (the driver counts the rest of the round as the executor's overhead).
+
+        Each reply carries the client's end point, or, with ``hold``, only whether its report is finite: the
+        report (end − start, the default ``client_update``) stays here for :meth:`weighted_sum` and :meth:`rows`.
+        """
         if key != self.key:  # the driver loads an actor before its first chunk of a simulation
             raise RuntimeError(f"actor holds simulation {self.key}, was sent a chunk of simulation {key}")
         faults.point("ray-train")
         t0 = time.perf_counter()
         g, buffers = from_wire(global_params), {k: from_wire(v) for k, v in buffers.items()}
+        if hold and self.held_round != (key, batch_round):  # a new round: the last one's reports are done with
+            self.held, self.held_round = {}, (key, batch_round)
         out = []
         for row, client, steps, start, objective in tasks:
+            start = g if start is None else from_wire(start)
             res = train_client(self.trainer, self.x, self.y, self.offsets, batch_round, seed, lr, buffers, client,
-                               steps, g if start is None else from_wire(start), objective)
-            out.append((row, res.mean_loss, res.samples, {k: to_wire(v) for k, v in res.buffers.items()},
-                        to_wire(res.params), None if res.grad_sum is None else to_wire(res.grad_sum)))
+                               steps, start, objective)
+            bufs = {k: to_wire(v) for k, v in res.buffers.items()}
+            if hold:
+                report = from_wire(to_wire(res.params)) - start  # bitwise what the driver's client_update makes
+                self.held[row] = report
+                out.append((row, res.mean_loss, res.samples, bufs, bool(torch.isfinite(report).all())))
+            else:
+                out.append((row, res.mean_loss, res.samples, bufs, to_wire(res.params),
+                            None if res.grad_sum is None else to_wire(res.grad_sum)))
         return out, time.perf_counter() - t0
+
+    def _held(self, key: int, batch_round: int, rows: list[int]) -> list[torch.Tensor]:
+        if self.held_round != (key, batch_round) or any(r not in self.held for r in rows):
+            raise RuntimeError(f"actor holds the reports of round {self.held_round}, was asked for rows {rows} of "
+                               f"round {(key, batch_round)}")
+        return [self.held[r] for r in rows]
+
+    def weighted_sum(self, key: int, batch_round: int, rows: list[int], weights: np.ndarray) -> np.ndarray:
+        """Σ weights[j] · report ``rows[j]``, accumulated in the order given (element-wise, so no BLAS kernel
+        decides the order and the sum is the same on every machine)."""
+        faults.point("ray-sum")
+        reports = self._held(key, batch_round, rows)
+        total = torch.zeros_like(reports[0])
+        for report, w in zip(reports, weights.tolist()):
+            total.add_(report, alpha=w)
+        return to_wire(total)
+
+    def rows(self, key: int, batch_round: int, rows: list[int]) -> list[np.ndarray]:
+        """The held reports ``rows``, exactly as trained."""
+        return [to_wire(r) for r in self._held(key, batch_round, rows)]
 
 
 def to_wire(t: torch.Tensor) -> np.ndarray:
@@ -168,10 +209,82 @@ def balanced_chunks(steps: np.ndarray, parts: int) -> list[range]:
 
 
 class _Chunk:
-    __slots__ = ("rows", "tasks", "lost")
+    __slots__ = ("index", "rows", "tasks", "lost")
 
-    def __init__(self, rows: range, tasks: list[tuple]):
-        self.rows, self.tasks, self.lost = rows, tasks, 0
+    def __init__(self, index: int, rows: range, tasks: list[tuple]):
+        self.index, self.rows, self.tasks, self.lost = index, rows, tasks, 0
+
+
+class RayHeldReports(HeldReports):
+    """A cohort's reports kept by the actors that trained them (``partial_sums``), chunk by chunk.
+
+    A sum is one call per holding actor, each summing its chunks' rows in row order, and the chunk sums
+    are added here in chunk order: the order depends on the chunks (``actors × chunks_per_actor``), never
+    on which actor trained which chunk or when it finished. A holder lost before it answered has its chunk
+    trained again (a pure function of what it is sent) and is asked again: the sum does not change.
+    """
+
+    def __init__(self, executor: "RayExecutor", batch: ClientBatch, chunks: list[_Chunk], finite: np.ndarray):
+        g = batch.global_params
+        super().__init__(len(batch.clients), g.numel(), g.dtype)
+        self.executor, self.batch, self.chunks, self._finite = executor, batch, chunks, finite
+        self.holders: dict[int, tuple] = {}  # chunk index → (slot, actor handle) holding its rows
+        self._starts = np.array([c.rows.start for c in chunks])
+
+    def finite(self) -> np.ndarray:
+        return self._finite.copy()
+
+    def _by_chunk(self, rows: np.ndarray) -> dict[int, np.ndarray]:
+        owner = np.searchsorted(self._starts, rows, side="right") - 1
+        return {int(c): np.flatnonzero(owner == c) for c in np.unique(owner)}
+
+    def _ask(self, rows: np.ndarray, method: str, args: dict[int, tuple]) -> dict[int, object]:
+        """Call ``method`` on the holder of each chunk with rows among ``rows``; a lost holder's chunk is trained
+        again and asked again. Returns chunk index → reply; the seconds count as the round's overhead."""
+        ray = _ray()
+        t0 = time.perf_counter()
+        key, r = self.executor._generation, self.batch.round
+        out: dict[int, object] = {}
+        left = sorted(args)
+        while left:
+            refs = {c: getattr(self.holders[c][1], method).remote(key, r, *args[c]) for c in left}
+            lost = []
+            for c, ref in refs.items():
+                try:
+                    out[c] = ray.get(ref)
+                except ray.exceptions.RayActorError as exc:
+                    self.executor._lost_holder(*self.holders[c], self.chunks[c], r, exc)
+                    lost.append(c)
+            if lost:
+                self.executor._train(self.batch, [self.chunks[c] for c in lost], self.arrive, hold=True)
+            left = lost
+        self.executor._add_overhead(time.perf_counter() - t0)
+        return out
+
+    def arrive(self, holder: tuple, chunk: _Chunk, replies: list[tuple]) -> None:
+        """A chunk came back trained (again): ``holder`` (slot, actor) holds its rows."""
+        self.holders[chunk.index] = holder
+
+    def rows(self, mask: np.ndarray) -> torch.Tensor:
+        idx = np.flatnonzero(mask)
+        out = torch.empty((len(idx), self.dim), dtype=self.dtype)
+        groups = self._by_chunk(idx)
+        replies = self._ask(idx, "rows", {c: (idx[j].tolist(),) for c, j in groups.items()})
+        for c, j in groups.items():
+            for at, row in zip(j, replies[c]):
+                out[at] = from_wire(row)
+        return out
+
+    def weighted_sum(self, rows: np.ndarray, weights: np.ndarray) -> torch.Tensor:
+        rows, weights = np.asarray(rows), np.asarray(weights)
+        total = torch.zeros(self.dim, dtype=self.dtype)
+        if not len(rows):
+            return total
+        groups = self._by_chunk(rows)
+        replies = self._ask(rows, "weighted_sum", {c: (rows[j].tolist(), weights[j]) for c, j in groups.items()})
+        for c in sorted(replies):  # chunk order, whichever actor answered first
+            total += from_wire(replies[c])
+        return total
 
 
 @EXECUTORS.register("ray")
@@ -262,34 +375,68 @@ class RayExecutor(Executor):
         self._loaded.clear()
 
     # ---- a round -----------------------------------------------------------------------------
+    def holds_reports(self) -> bool:
+        return self.cfg.partial_sums
+
     def run(self, batch: ClientBatch, algorithm: Algorithm, trainer: LocalTrainer,
             data: FederatedDataset) -> CohortResult:
         if len(batch.clients) == 0:  # nobody to train: no reason to start Ray
             return empty_result(batch)
         clients, starts, objectives = prepare(batch, algorithm)
         g = batch.global_params
-        cohort = InOrderUpdates(algorithm, clients, starts, g.numel(), g.dtype)
         try:
             self._ensure_actors(trainer, data)
-            self._train(batch, clients, starts, objectives, cohort)
+            cuts = balanced_chunks(batch.steps, len(self.actors) * self.cfg.chunks_per_actor)
+            chunks = [_Chunk(i, rows, [(row, clients[row], int(batch.steps[row]),
+                                        None if starts[row] is g else to_wire(starts[row]), objectives[row])
+                                       for row in rows])
+                      for i, rows in enumerate(cuts)]
+            self.overheads_s.append(0.0)
+            if batch.hold_reports:
+                return self._train_held(batch, chunks)
+            cohort = InOrderUpdates(algorithm, clients, starts, g.numel(), g.dtype)
+
+            def arrive(holder: tuple, chunk: _Chunk, replies: list[tuple]) -> None:
+                for row, mean_loss, n, bufs, end, grad in replies:
+                    cohort.arrive(row, mean_loss, n, {k: from_wire(v) for k, v in bufs.items()}, from_wire(end),
+                                  None if grad is None else from_wire(grad))
+
+            self._train(batch, chunks, arrive, hold=False)
         except BaseException:
             self.close()  # a failed set of actors is not reused
             raise
         return cohort.result()
 
-    def _train(self, batch: ClientBatch, clients: list[int], starts: list, objectives: list,
-               cohort: InOrderUpdates) -> None:
+    def _train_held(self, batch: ClientBatch, chunks: list[_Chunk]) -> CohortResult:
+        """Train the cohort with its reports kept on the actors (``partial_sums``)."""
+        k = len(batch.clients)
+        losses, samples, finite = np.zeros(k), np.zeros(k, dtype=np.int64), np.zeros(k, dtype=bool)
+        buffers: list[dict] = [{}] * k
+        held = RayHeldReports(self, batch, chunks, finite)
+
+        def arrive(holder: tuple, chunk: _Chunk, replies: list[tuple]) -> None:
+            for row, mean_loss, n, bufs, ok in replies:
+                losses[row], samples[row], finite[row] = mean_loss, n, ok
+                buffers[row] = {name: from_wire(v) for name, v in bufs.items()}
+            held.arrive(holder, chunk, replies)
+
+        self._train(batch, chunks, arrive, hold=True)
+        return CohortResult(updates=held, losses=losses, samples=samples, buffers=buffers)
+
+    def _add_overhead(self, seconds: float) -> None:
+        """Count ``seconds`` of driver-side work (a held sum, rows read back) as the current round's overhead."""
+        if self.overheads_s:
+            self.overheads_s[-1] += seconds
+
+    def _train(self, batch: ClientBatch, chunks: list[_Chunk], arrive, hold: bool) -> None:
+        """Train ``chunks`` on the live actors, handing each trained chunk to ``arrive((slot, actor), chunk, replies)``;
+        a lost actor's chunk goes back to the queue."""
         ray = _ray()
-        g = batch.global_params
-        g_np = to_wire(g)
+        g_np = to_wire(batch.global_params)
         g_arg = g_np if g_np.nbytes <= INLINE_BYTES else ray.put(g_np)  # put once per round when large
         buffers = {k: to_wire(v) for k, v in batch.buffers.items()}
-        todo = deque()
-        for rows in balanced_chunks(batch.steps, len(self.actors) * self.cfg.chunks_per_actor):
-            todo.append(_Chunk(rows, [(row, clients[row], int(batch.steps[row]),
-                                       None if starts[row] is g else to_wire(starts[row]), objectives[row])
-                                      for row in rows]))
-        pending: dict = {}  # object ref of a train call → (slot, chunk)
+        todo = deque(chunks)
+        pending: dict = {}  # object ref of a train call → (slot, actor, chunk)
         working: set[int] = set()  # slots with a call in flight
         busy: dict[int, float] = {}  # slot → seconds its actor spent training this round
         waited_since = None
@@ -309,8 +456,8 @@ class RayExecutor(Executor):
                     actor.load.remote(self._generation, *self._refs)  # runs before the train call (same caller)
                     self._loaded[slot] = self._generation
                 ref = actor.train.remote(self._generation, batch.round, batch.seed, batch.lr, buffers, g_arg,
-                                         chunk.tasks)
-                pending[ref] = (slot, chunk)
+                                         chunk.tasks, hold)
+                pending[ref] = (slot, actor, chunk)
                 working.add(slot)
 
         while todo or pending:
@@ -332,7 +479,7 @@ class RayExecutor(Executor):
                 if ref in self._starting:
                     self._came_up(ref)
                     continue
-                slot, chunk = pending.pop(ref)
+                slot, actor, chunk = pending.pop(ref)
                 working.discard(slot)
                 try:
                     replies, seconds = ray.get(ref)
@@ -346,10 +493,8 @@ class RayExecutor(Executor):
                                       f"clients {[t[1] for t in chunk.tasks]}: {type(cause).__name__}: {cause}") \
                         from None
                 busy[slot] = busy.get(slot, 0.0) + seconds
-                for row, mean_loss, n, bufs, end, grad in replies:
-                    cohort.arrive(row, mean_loss, n, {k: from_wire(v) for k, v in bufs.items()}, from_wire(end),
-                                  None if grad is None else from_wire(grad))
-        self.overheads_s.append(time.perf_counter() - t0 - max(busy.values(), default=0.0))
+                arrive((slot, actor), chunk, replies)
+        self._add_overhead(time.perf_counter() - t0 - max(busy.values(), default=0.0))
 
     def _came_up(self, ref) -> None:
         ray = _ray()
@@ -377,6 +522,18 @@ class RayExecutor(Executor):
                               f"{[t[1] for t in chunk.tasks]}, {chunk.lost} time(s) for these clients "
                               f"({type(exc).__name__}); raise executor.max_restarts or check the cluster") from None
         self._start(slot)
+
+    def _lost_holder(self, slot: int, actor, chunk: _Chunk, batch_round: int, exc: Exception) -> None:
+        """The actor holding ``chunk``'s reports was lost before it answered: count it, and replace it unless its
+        slot already has a replacement (it was lost while training another chunk)."""
+        if self.actors[slot] is actor:
+            self._lose(slot, chunk, batch_round, exc)
+            return
+        chunk.lost += 1
+        if chunk.lost > self.cfg.max_restarts:
+            raise WorkerError(f"executor.ray: the actor holding round {batch_round}'s reports of clients "
+                              f"{[t[1] for t in chunk.tasks]} was lost {chunk.lost} time(s) ({type(exc).__name__}); "
+                              "raise executor.max_restarts or check the cluster") from None
 
     def nodes(self) -> int:
         """How many Ray nodes this executor's actors have run on."""

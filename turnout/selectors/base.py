@@ -36,6 +36,7 @@ class Selector(Stateful, Deployable, ABC):
     #: world alone (availability, sizes, history), so it runs in the system-only mode (``--no-train``)
     needs_training: str = ""
     #: reads the clients' uploads (``RoundFeedback.updates``) on the CPU, so reports must come back from a GPU
+    #: (or from the Ray actors that trained them, instead of being summed there)
     reads_uploads: bool = False
 
     def __init__(self, cfg: BaseModel, world: WorldContext):

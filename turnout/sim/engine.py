@@ -36,7 +36,7 @@ from ..core import rng as rngmod
 from ..core.device import resolve_device
 from ..core.errors import ConfigError
 from ..core.observers import Observer, Observers, RoundRecord, RunEnd, RunStart
-from ..core.records import Reports, RoundFeedback, SelectionContext
+from ..core.records import HeldReports, Reports, RoundFeedback, SelectionContext
 from ..core.state import Stateful
 from ..data.federated import FederatedDataset
 from ..models.flat import FlatModel
@@ -53,7 +53,7 @@ from ..world.wire import WirePricer
 from .composition import BuildContext, Injected, Parts, compose
 from .phases import Accounted, Aggregated, Opened, Settled, Trained, round_row
 from .system_only import SystemOnlyWork
-from .work import TrainedWork, TrainOrder, Work, finite_rows, report_device
+from .work import TrainedWork, TrainOrder, Work, finite_rows, held_reports, report_device, take_rows
 
 #: Server-side inputs handed to components that compare clients through the model's outputs.
 SERVER_INPUTS = 128
@@ -132,6 +132,7 @@ class Simulation(Stateful):
         self.unused_late_s = 0.0
         self.work.attach(self)
         self.report_device, self._cpu_because = report_device(self)
+        self.hold_reports, self._held_off_because = held_reports(self)
 
     # ---- the components (read-only: inject replacements at construction) ------------------------
     availability = property(lambda self: self.parts.availability)
@@ -233,12 +234,16 @@ class Simulation(Stateful):
         return RunResult(self.exp.variant, self.seed, rows, self._client_columns(), summary, self.params)
 
     def _aggregation_summary(self) -> dict:
-        """Where reports were summed, when training ran on an accelerator (nothing to say on the CPU)."""
+        """Whether reports were summed where they were trained (when the executor offers it) and, when training ran
+        on an accelerator, on which device."""
+        held = ({"partial_sums": self.hold_reports, **({"partial_sums_off_because": self._held_off_because}
+                                                       if self._held_off_because else {})}
+                if self.executor.holds_reports() else {})
         if self.trainer.device.type == "cpu":
-            return {}
+            return held
         if self.report_device is not None:
-            return {"aggregation_device": str(self.report_device)}
-        return {"aggregation_device": "cpu", "aggregation_cpu_because": self._cpu_because}
+            return {**held, "aggregation_device": str(self.report_device)}
+        return {**held, "aggregation_device": "cpu", "aggregation_cpu_because": self._cpu_because}
 
     def release(self) -> None:
         """Release the executor's workers and the state store's spill files."""
@@ -325,7 +330,7 @@ class Simulation(Stateful):
         feedback = RoundFeedback(r, clients, agg, late, result.losses, result.samples, finish, verdict.busy_s,
                                  trained.decoded, duration)
         weights = np.asarray(self.selector.settle_weights(cohort, feedback), dtype=np.float64)
-        self.late.add(r, clients[late], t0 + finish[late], trained.decoded[_mask(late, trained.decoded)], weights[late],
+        self.late.add(r, clients[late], t0 + finish[late], take_rows(trained.decoded, late), weights[late],
                       self.population.n_train[clients[late]], result.losses[late], verdict.busy_s[late])
         arrived = self.late.pop_arrived(t_end)
         stale_ok = (np.full(len(arrived), self.algorithm.uses_stale_updates)
@@ -340,11 +345,15 @@ class Simulation(Stateful):
         """Fresh and stale reports as one batch; the work's server step; the selector learns."""
         r, agg, arrived, ok = opened.round, settled.aggregated, settled.arrived, settled.stale_ok
         fresh_clients = opened.clients[agg]
-        # Every report taken (the usual case): no cohort-sized copy, as server rules only read their reports.
-        fresh = trained.decoded if agg.all() else trained.decoded[_mask(agg, trained.decoded)]
-        stale = arrived.updates[torch.from_numpy(ok)].to(fresh.device)  # parked on the CPU
-        reports = Reports(clients=np.concatenate([fresh_clients, arrived.clients[ok]]),
-                          updates=torch.cat([fresh, stale]) if len(stale) else fresh,  # a cohort-sized copy less
+        stale = arrived.updates[torch.from_numpy(ok)]  # parked on the CPU
+        held = None
+        if isinstance(trained.decoded, HeldReports):  # summed where they are held; stale ones are here
+            held, updates = (trained.decoded, np.flatnonzero(agg)), stale
+        else:
+            # Every report taken (the usual case): no cohort-sized copy, as server rules only read their reports.
+            fresh = trained.decoded if agg.all() else take_rows(trained.decoded, agg)
+            updates = torch.cat([fresh, stale.to(fresh.device)]) if len(stale) else fresh  # a cohort-sized copy less
+        reports = Reports(clients=np.concatenate([fresh_clients, arrived.clients[ok]]), updates=updates, held=held,
                           weights=np.concatenate([settled.weights[agg], arrived.weights[ok]]),
                           normalize=opened.cohort.normalize,
                           n_samples=np.concatenate([self.population.n_train[fresh_clients], arrived.n_samples[ok]]),
@@ -395,11 +404,6 @@ class Simulation(Stateful):
                                       d.y_test, d.test_offsets, self.exp.config.eval.batch_size)
             cols["n_test"], cols["test_accuracy"], cols["test_loss"] = d.n_test, acc, loss
         return cols
-
-
-def _mask(rows: np.ndarray, like: torch.Tensor) -> torch.Tensor:
-    """A boolean row mask on the device of the reports it selects."""
-    return torch.from_numpy(rows).to(like.device)
 
 
 __all__ = ["RunResult", "Simulation", "build_model", "finite_rows"]

@@ -16,7 +16,7 @@ from typing import Mapping
 import numpy as np
 import torch
 
-from ..core.records import Cohort, CohortResult, Reports, RoundClose, RoundFeedback
+from ..core.records import Cohort, CohortResult, HeldReports, Reports, RoundClose, RoundFeedback
 from ..world.late import Arrived
 from ..world.probe import ProbeBill
 
@@ -44,7 +44,7 @@ class Trained:
     lr: float
     down: np.ndarray  # bytes each client downloaded
     result: CohortResult
-    decoded: torch.Tensor  # what the server decodes, (k, dim)
+    decoded: torch.Tensor | HeldReports  # what the server decodes, (k, dim); held where trained (partial sums)
     up: np.ndarray  # upload bytes each client sends when it delivers
     rejected: np.ndarray  # non-finite reports, never aggregated
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 import torch
 
-from ..core.records import ClientBatch, CohortResult, Reports, RoundClose
+from ..core.records import ClientBatch, CohortResult, HeldReports, Reports, RoundClose
 from ..world.wire import WirePricer
 from .phases import Opened, Settled, Trained
 
@@ -48,7 +48,7 @@ class WorkDone:
     (before the model's buffers, which the loop adds); ``replied`` marks who delivered (``None``: everyone)."""
 
     result: CohortResult
-    decoded: torch.Tensor
+    decoded: torch.Tensor | HeldReports
     payload_up: np.ndarray
     replied: np.ndarray | None = None
 
@@ -102,7 +102,7 @@ class TrainedWork(Work):
     def train(self, sim: Simulation, opened: Opened, order: TrainOrder) -> WorkDone:
         r, clients = opened.round, opened.clients
         batch = ClientBatch(r, clients, order.steps, order.lr, sim.params, sim.buffers, sim.seed,
-                            report_device=sim.report_device)
+                            report_device=sim.report_device, hold_reports=sim.hold_reports)
         result = sim.executor.run(batch, sim.algorithm, sim.trainer, sim.data)
         decoded, up = sim.compressor.encode_uploads(r, clients, result.updates)
         up = sim.algorithm.upload_bytes(r, clients, result.updates,
@@ -148,7 +148,39 @@ def report_device(sim: Simulation) -> tuple[torch.device | None, str]:
     return device, ""
 
 
-def finite_rows(x: torch.Tensor) -> np.ndarray:
+def held_reports(sim: Simulation) -> tuple[bool, str]:
+    """Whether the executor may keep the cohort's reports where it trained them and send back partial
+    weighted sums (:class:`~turnout.core.records.HeldReports`), and, when it offers to but may not, why.
+
+    A sum changes the float summation order, so it is only used where the executor was asked to
+    (``executor.partial_sums``), and only when nothing reads a report but the server rule's weighted sum:
+    the first component that reads each report is named in the run's summary (``partial_sums_off_because``);
+    its reports then come back one by one, bitwise as ``executor: sequential`` has them.
+    """
+    parts = sim.parts
+    if not parts.executor.holds_reports():
+        return False, ""
+    reads_each = [
+        (not isinstance(sim.work, TrainedWork), "the work trains no model with the executor here"),
+        (not parts.algorithm.sums_reports, f"algorithm {sim.exp['algorithm'].name} reads each report, not only "
+                                           "their weighted sum"),
+        (not parts.compressor.passes_uploads_through, f"compressor {sim.exp['compressor'].name} encodes each upload"),
+        (parts.selector.reads_uploads, f"selector {sim.exp['selector'].name} reads each upload"),
+    ]
+    for reads, why in reads_each:
+        if reads:
+            return False, why
+    return True, ""
+
+
+def take_rows(reports: torch.Tensor | HeldReports, mask: np.ndarray) -> torch.Tensor:
+    """The reports ``mask`` selects, exactly (held ones are read back from where they are held)."""
+    if isinstance(reports, HeldReports):
+        return reports.rows(mask)
+    return reports[torch.from_numpy(mask).to(reports.device)]
+
+
+def finite_rows(x: torch.Tensor | HeldReports) -> np.ndarray:
     """Which rows of ``x`` hold only finite values: ``isfinite(x).all(1)``, without testing every element.
 
     A row holding a NaN or an infinity sums to NaN or ±inf (IEEE propagation), so only rows whose sum
@@ -156,6 +188,8 @@ def finite_rows(x: torch.Tensor) -> np.ndarray:
     A cohort's stacked reports are large (100 × 159,010 floats for an MLP) and this check runs every round;
     element-wise ``isfinite`` over all of them was the driver's largest single cost in a profiled round.
     """
+    if isinstance(x, HeldReports):  # checked where they are held
+        return x.finite()
     ok = torch.isfinite(x.sum(dim=1))
     suspect = torch.nonzero(~ok).flatten()
     if len(suspect):
