@@ -312,7 +312,7 @@ OVERHEAD_TRAIN = {"local_steps": 1, "batch_size": 8}
 OVERHEAD_COHORTS = (10, 25, 50, 100)
 
 
-def ray_overhead(repeats: int, rounds: int = 10) -> None:
+def ray_overhead(repeats: int, ray_columns: list[dict], rounds: int = 10) -> None:
     """What the ray executor adds to a round besides training, and how it grows with the cohort.
 
     Per round the executor measures its wall time beyond the busiest actor's own training (calls,
@@ -327,7 +327,7 @@ def ray_overhead(repeats: int, rounds: int = 10) -> None:
           "round beyond its busiest actor's training; +sums = executor.partial_sums)")
     print(f"  {'clients':>7} {'sequential ms/round':>20} {'ray ms/round':>13} {'ray overhead ms/round':>22} "
           f"{'ray+sums ms/round':>18} {'ray+sums overhead ms':>21} {'actors':>6} {'nodes':>5}")
-    columns = ({"name": "sequential"}, {"name": "ray"}, {"name": "ray", "partial_sums": True})
+    columns = ({"name": "sequential"}, *ray_columns)
     ks, over = [], {False: [], True: []}
     for k in OVERHEAD_COHORTS:
         exps = [experiment("logreg", k, ex, 1 + rounds * repeats, train=OVERHEAD_TRAIN) for ex in columns]
@@ -347,7 +347,7 @@ def ray_overhead(repeats: int, rounds: int = 10) -> None:
                         sim.step(r)
                     times[i].append((time.perf_counter() - t0) / rounds)
             o = [statistics.median(sim.executor.overheads_s) for sim in sims[1:]]
-            summary = sims[1].executor.summary()
+            summaries = [sim.executor.summary() for sim in sims[1:]]
             assert sims[2].hold_reports, "the partial-sums column did not sum on the actors"
         finally:
             for sim in sims:
@@ -357,7 +357,8 @@ def ray_overhead(repeats: int, rounds: int = 10) -> None:
         over[True].append(o[1])
         ms = [1000 * statistics.median(t) for t in times]
         print(f"  {k:7d} {ms[0]:20.2f} {ms[1]:13.2f} {1000 * o[0]:22.2f} {ms[2]:18.2f} {1000 * o[1]:21.2f} "
-              f"{summary['ray_actors']:6d} {summary['ray_nodes']:5d}", flush=True)
+              f"{'/'.join(str(s['ray_actors']) for s in summaries):>6} "
+              f"{'/'.join(str(s['ray_nodes']) for s in summaries):>5}", flush=True)
     for sums in (False, True):
         per_client, per_round = np.polyfit(np.array(ks, float), 1000 * np.array(over[sums]), 1)
         ok = per_round <= 10 and per_client <= 0.5
@@ -580,20 +581,22 @@ def main(argv=None) -> int:
 
         cores = len(os.sched_getaffinity(0))
         head = max(1, cores // 2)
+        # Two ray columns (end points back, partial sums) each hold one actor per core; they are timed in turn, so
+        # each node offers twice its cores' slots and an executor's idle actors wait while the other's train.
+        ray_columns = [{"name": "ray", "actors": cores}, {"name": "ray", "actors": cores, "partial_sums": True}]
         # cluster_utils gives each node a ~150 MB object store, where a real node has 30 % of its memory: the
         # MLP's replies (50 clients x 636 KB per actor a round) then wait ~2 s each for room. 1 GiB a node.
         store = 1 << 30
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head, "object_store_memory": store})
-        cluster.add_node(num_cpus=max(1, cores - head), object_store_memory=store)
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2 * head, "object_store_memory": store})
+        cluster.add_node(num_cpus=2 * max(1, cores - head), object_store_memory=store)
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-        print(f"-- the ray executor on a two-node local Ray cluster (head {head} CPU slot(s), worker "
-              f"{max(1, cores - head)}, a 1 GiB object store each; one actor a slot, so actors on both nodes), "
-              f"against sequential in this pass; load average: {_load()}")
+        print(f"-- the ray executor on a two-node local Ray cluster (head {head} core(s), worker "
+              f"{max(1, cores - head)}, two slots a core, a 1 GiB object store each; each ray column {cores} actors, "
+              f"one a core), against sequential in this pass; load average: {_load()}")
         try:
-            measure(lambda model, workload: [({"name": "sequential"}, "cpu"), ({"name": "ray"}, "cpu"),
-                                             ({"name": "ray", "partial_sums": True}, "cpu")])
-            ray_overhead(args.repeats)
+            measure(lambda model, workload: [({"name": "sequential"}, "cpu"), *((c, "cpu") for c in ray_columns)])
+            ray_overhead(args.repeats, ray_columns)
         finally:
             ray.shutdown()  # before the two-process ceiling, for the same reason
             cluster.shutdown()

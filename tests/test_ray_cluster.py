@@ -2,7 +2,8 @@
 and worker nodes, each its own raylet and object store), started and stopped by each test.
 
 * a ``--backend ray`` sweep whose units land on both nodes gives the tables of ``--jobs 1``;
-* the ``ray`` executor with an actor on each node gives the tables of the sequential executor;
+* the ``ray`` executor with an actor on each node gives the tables of the sequential executor (with
+  ``partial_sums``, within the stated tolerance, and a node lost before its actor summed changes no byte);
 * a worker node removed in the middle of a sweep (its unit resumes from its checkpoint on the other
   node) or of a round (the lost actor's clients are trained again by the other) changes nothing;
 * a head lost mid-sweep is one line, and ``turnout resume`` finishes the run with the same tables.
@@ -15,6 +16,7 @@ when it takes the node away. Every test is ``slow`` (each starts a cluster: abou
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -165,6 +167,48 @@ def test_ray_executor_actors_on_two_nodes_and_a_node_lost_mid_round(tmp_path, cl
     assert_same_tables(tmp_path / "lost", tmp_path / "ref")
     [unit] = _summary(tmp_path / "lost")["runs"]
     assert (unit["ray_nodes"], unit["ray_actors_lost"]) == (2, 1)  # the replacement never started: no free slot
+
+
+def _float_rows(run: Path) -> list[dict]:
+    with open(run / "rounds.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_partial_sums_on_two_nodes_and_a_node_lost_before_it_summed(tmp_path, cluster):
+    """``partial_sums``: actors on both nodes keep their reports and send sums (within the stated tolerance of
+    sequential); a worker node removed after its actor trained round 1, before it summed, changes no byte."""
+    fedavg = {**ONE_UNIT, "algorithm": {"name": "fedavg", "server_momentum": 0.5}}
+    ref_cfg = write(tmp_path / "sequential.yaml", {**fedavg, "executor": {"name": "sequential"}})
+    sums_cfg = write(tmp_path / "sums.yaml", {**fedavg, "executor": {
+        "name": "ray", "actors": 2, "address": cluster.address, "start_timeout_s": 30, "partial_sums": True}})
+    r = turnout("run", ref_cfg, "--out", tmp_path / "ref", "--quiet")
+    assert r.returncode == 0, r.stderr
+
+    node = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    r = turnout("run", sums_cfg, "--out", tmp_path / "sums", "--quiet")
+    assert r.returncode == 0, r.stderr
+    [unit] = _summary(tmp_path / "sums")["runs"]
+    assert (unit["ray_actors"], unit["ray_nodes"], unit["ray_actors_lost"], unit["partial_sums"]) == (2, 2, 0, True)
+    summed, exact = _float_rows(tmp_path / "sums"), _float_rows(tmp_path / "ref")
+    assert [r.keys() for r in summed] == [r.keys() for r in exact]
+    for a, b in zip(summed, exact):
+        for key in a:
+            if a[key] != b[key]:  # only floats differ, within the stated tolerance
+                assert float(a[key]) == pytest.approx(float(b[key]), rel=1e-5, abs=1e-6), key
+    cluster.remove_node(node)
+
+    held = tmp_path / "held"
+    node = cluster.add_node(num_cpus=1, env_vars=hold(held, "ray-sum@2"))  # its actor's second sum: round 1's
+    cluster.wait_for_nodes()
+    run = start("run", sums_cfg, "--out", tmp_path / "lost", "--quiet")
+    wait_for(held, run)
+    cluster.remove_node(node, allow_graceful=False)
+    out, err = run.communicate(timeout=600)
+    assert run.returncode == 0, err
+    assert_same_tables(tmp_path / "lost", tmp_path / "sums")  # its chunk trained again on the head, summed alike
+    [unit] = _summary(tmp_path / "lost")["runs"]
+    assert (unit["ray_nodes"], unit["ray_actors_lost"]) == (2, 1)
 
 
 def test_a_lost_head_is_one_line_and_the_run_resumes(tmp_path, cluster):

@@ -13,8 +13,10 @@ import pytest
 import torch
 from test_executor_equivalence import assert_close, assert_identical, config, reference, run_with
 
+from turnout.algorithms.fedavg import FedAvg, FedAvgConfig
 from turnout.core.records import HeldReports, Reports
 from turnout.executors.ray_actors import RayExecutor, RayExecutorConfig, RayHeldReports
+from turnout.executors.sequential import SequentialExecutor
 
 ray = pytest.importorskip("ray")
 
@@ -101,6 +103,28 @@ def test_where_a_component_reads_each_report_the_sums_are_off_and_say_why(blocks
     assert result.summary["partial_sums"] is False
     assert result.summary["partial_sums_off_because"] == because
     assert_identical(result, reference(simulate, raw))
+
+
+class DoubledDelta(FedAvg):
+    """Declares sums_reports (inherited) but makes its reports itself: the actors cannot make them."""
+
+    def client_update(self, client, start, end, grad_sum=None):
+        return 2 * (end - start)
+
+
+def test_a_rule_that_makes_its_own_reports_keeps_them_whatever_it_declares(build_simulation, summing_executor):
+    def results(executor):
+        sim = build_simulation(RAW, components={"executor": executor, "algorithm": lambda ctx: DoubledDelta(
+            FedAvgConfig(), ctx.algorithm_context)})
+        rows = sim.advance()
+        sim.finish()
+        return sim.result(rows)
+
+    summed, exact = results(summing_executor), results(SequentialExecutor(SequentialExecutor.Config()))
+    assert summed.summary["partial_sums"] is False
+    assert summed.summary["partial_sums_off_because"] == ("algorithm fedavg makes or prices its reports itself "
+                                                          "(client_update, upload_bytes)")
+    assert_identical(summed, exact)
 
 
 def test_by_default_reports_come_back_and_nothing_is_said(build_simulation, local_ray):

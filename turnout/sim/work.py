@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 import torch
 
+from ..algorithms.base import Algorithm
 from ..core.records import ClientBatch, CohortResult, HeldReports, Reports, RoundClose
 from ..world.wire import WirePricer
 from .phases import Opened, Settled, Trained
@@ -160,10 +161,14 @@ def held_reports(sim: Simulation) -> tuple[bool, str]:
     parts = sim.parts
     if not parts.executor.holds_reports():
         return False, ""
+    algorithm = type(parts.algorithm)
     reads_each = [
         (not isinstance(sim.work, TrainedWork), "the work trains no model with the executor here"),
-        (not parts.algorithm.sums_reports, f"algorithm {sim.exp['algorithm'].name} reads each report, not only "
-                                           "their weighted sum"),
+        (not algorithm.sums_reports, f"algorithm {sim.exp['algorithm'].name} reads each report, not only their "
+                                     "weighted sum"),
+        # the actors make each report as the default hook does; a rule that changed the hooks keeps its reports
+        (algorithm.client_update is not Algorithm.client_update or algorithm.upload_bytes is not Algorithm.upload_bytes,
+         f"algorithm {sim.exp['algorithm'].name} makes or prices its reports itself (client_update, upload_bytes)"),
         (not parts.compressor.passes_uploads_through, f"compressor {sim.exp['compressor'].name} encodes each upload"),
         (parts.selector.reads_uploads, f"selector {sim.exp['selector'].name} reads each upload"),
     ]
