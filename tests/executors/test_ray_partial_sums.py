@@ -13,10 +13,12 @@ import pytest
 import torch
 from test_executor_equivalence import assert_close, assert_identical, config, reference, run_with
 
+from turnout.algorithms.base import Algorithm
 from turnout.algorithms.fedavg import FedAvg, FedAvgConfig
 from turnout.core.records import HeldReports, Reports
 from turnout.executors.ray_actors import RayExecutor, RayExecutorConfig, RayHeldReports
 from turnout.executors.sequential import SequentialExecutor
+from turnout.sim.catalogue import registries
 
 ray = pytest.importorskip("ray")
 
@@ -49,7 +51,7 @@ def summing_executor(local_ray):
     ex.close()
 
 
-@pytest.mark.parametrize("algorithm", ["fedavg", "fedprox"])
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedprox", "fedyogi"])
 def test_partial_sums_are_within_the_stated_tolerance_of_sequential(algorithm, simulate, build_simulation,
                                                                     summing_executor):
     raw = raw_with(algorithm={"name": algorithm, "server_momentum": 0.5} if algorithm == "fedavg"
@@ -125,6 +127,16 @@ def test_a_rule_that_makes_its_own_reports_keeps_them_whatever_it_declares(build
     assert summed.summary["partial_sums_off_because"] == ("algorithm fedavg makes or prices its reports itself "
                                                           "(client_update, upload_bytes)")
     assert_identical(summed, exact)
+
+
+def test_every_rule_that_declares_sums_keeps_the_default_hooks():
+    """What the actors make of each client (end − start) is the rule's own report only with the default hooks."""
+    declared = {name for name in registries()["algorithm"].names()
+                if registries()["algorithm"].get(name).sums_reports}
+    assert declared == {"fedavg", "fedprox", "fedadam", "fedyogi"}
+    for name in declared:
+        cls = registries()["algorithm"].get(name)
+        assert cls.client_update is Algorithm.client_update and cls.upload_bytes is Algorithm.upload_bytes, name
 
 
 def test_by_default_reports_come_back_and_nothing_is_said(build_simulation, local_ray):

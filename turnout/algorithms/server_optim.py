@@ -81,6 +81,7 @@ class _AdaptiveServer(Algorithm):
     Config = AdaptiveServerConfig
     rule: Literal["adam", "yogi"]
     state_attrs = ("opt",)
+    sums_reports = True  # FedAvg's model deltas, read through Reports.weighted_mean() alone
 
     def __init__(self, cfg: AdaptiveServerConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
