@@ -15,7 +15,8 @@ from test_executor_equivalence import assert_close, assert_identical, config, re
 
 from turnout.algorithms.base import Algorithm
 from turnout.algorithms.fedavg import FedAvg, FedAvgConfig
-from turnout.core.records import HeldReports, Reports
+from turnout.core.records import ClientBatch, HeldReports, Reports
+from turnout.executors.parallel import WorkerError
 from turnout.executors.ray_actors import RayExecutor, RayExecutorConfig, RayHeldReports
 from turnout.executors.sequential import SequentialExecutor
 from turnout.sim.catalogue import registries
@@ -105,6 +106,25 @@ def test_where_a_component_reads_each_report_the_sums_are_off_and_say_why(blocks
     assert result.summary["partial_sums"] is False
     assert result.summary["partial_sums_off_because"] == because
     assert_identical(result, reference(simulate, raw))
+
+
+def test_reports_asked_for_after_their_round_are_one_line_not_a_wrong_sum(build_simulation, summing_executor):
+    sim = build_simulation(RAW, components={"executor": summing_executor})
+    clients = np.arange(6)
+
+    def batch(r):
+        return ClientBatch(r, clients, np.full(6, 2), 0.05, sim.params, sim.buffers, 0, hold_reports=True)
+
+    first = summing_executor.run(batch(0), sim.algorithm, sim.trainer, sim.data).updates
+    assert isinstance(first, RayHeldReports) and first.finite().all()
+    exact = first.rows(np.ones(6, bool))
+    torch.testing.assert_close(first.weighted_sum(clients, np.full(6, 0.5, np.float32)), 0.5 * exact.sum(0))
+    summing_executor.run(batch(1), sim.algorithm, sim.trainer, sim.data)  # the actors move on to round 1
+    with pytest.raises(WorkerError, match=r"^executor.ray: the actor holding round 0's reports of clients \[.*\] "
+                                          r"failed to send them \(weighted_sum\): RuntimeError: actor holds the "
+                                          r"reports of round \(\d+, 1\), was asked for rows \[.*\] of round "
+                                          r"\(\d+, 0\)$"):
+        first.weighted_sum(clients, np.ones(6, np.float32))
 
 
 class DoubledDelta(FedAvg):

@@ -16,6 +16,12 @@ call when it is small (at most :data:`INLINE_BYTES`: a Ray object-store round tr
 costs ~10 ms, more than copying a small model) and is put into the object store once per round,
 for every actor to map, when it is larger.
 
+With ``partial_sums`` (pfl-research's design) the actors keep their clients' reports and the driver
+gets one weighted sum per chunk once the round is settled (:class:`RayHeldReports`), where every
+component reads the reports through that sum alone (:func:`turnout.sim.work.held_reports`): what
+crosses to the driver no longer grows with the cohort, and only the sum's float order changes
+(the stated tolerance is in docs/cluster.md); the default stays bitwise.
+
 Where actors train: ``gpus_per_actor > 0`` asks Ray for that share of a GPU per actor
 (``0.25``: four actors per GPU) and trains on it; otherwise on the CPU slots
 ``cpus_per_actor`` asks for. ``runtime.device`` is the driver's device; with CUDA there, set
@@ -255,6 +261,11 @@ class RayHeldReports(HeldReports):
                 except ray.exceptions.RayActorError as exc:
                     self.executor._lost_holder(*self.holders[c], self.chunks[c], r, exc)
                     lost.append(c)
+                except ray.exceptions.RayTaskError as exc:
+                    cause = exc.cause if exc.cause is not None else exc
+                    raise WorkerError(f"executor.ray: the actor holding round {r}'s reports of clients "
+                                      f"{[t[1] for t in self.chunks[c].tasks]} failed to send them ({method}): "
+                                      f"{type(cause).__name__}: {cause}") from None
             if lost:
                 self.executor._train(self.batch, [self.chunks[c] for c in lost], self.arrive, hold=True)
             left = lost
