@@ -61,4 +61,4 @@ def test_only_the_executor_may_change_on_resume(tmp_path):
     assert (partial / "config.yaml").read_bytes() == before
     r = turnout("resume", partial, "--set", "executor.name=vectorized", "--quiet")
     assert r.returncode == 0, r.stderr
-    assert "agrees with the others within float tolerance, not bitwise" in r.stderr  # a warning, not a refusal
+    assert "agree with the others within float tolerance, not bitwise" in r.stderr  # a warning, not a refusal

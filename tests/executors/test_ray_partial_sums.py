@@ -159,6 +159,13 @@ def test_every_rule_that_declares_sums_keeps_the_default_hooks():
         assert cls.client_update is Algorithm.client_update and cls.upload_bytes is Algorithm.upload_bytes, name
 
 
+def test_a_resume_to_or_from_partial_sums_is_not_called_bitwise():
+    """``turnout resume --set executor...`` warns when the numbers may move (the resume's executor check)."""
+    assert RayExecutor.bitwise_with({"name": "ray", "actors": 2})
+    assert not RayExecutor.bitwise_with({"name": "ray", "actors": 2, "partial_sums": True})
+    assert SequentialExecutor.bitwise_with({"name": "sequential"})
+
+
 def test_by_default_reports_come_back_and_nothing_is_said(build_simulation, local_ray):
     ex = RayExecutor(RayExecutorConfig(actors=2))
     try:

@@ -47,6 +47,12 @@ class Executor(ABC):
         self.cfg = cfg
 
     @classmethod
+    def bitwise_with(cls, options: dict) -> bool:
+        """Whether it gives ``executor: sequential``'s bits under these options (a config block's keys): a run may
+        then resume with another such executor without a digit changing. Default: :attr:`matches_sequential`."""
+        return cls.matches_sequential
+
+    @classmethod
     def processes(cls, cfg: BaseModel) -> int:
         """Worker processes this executor may start besides the driver (pre-flight counts their memory)."""
         return 0

@@ -385,6 +385,10 @@ class RayExecutor(Executor):
         self._starting.clear()
         self._loaded.clear()
 
+    @classmethod
+    def bitwise_with(cls, options: dict) -> bool:
+        return not options.get("partial_sums", False)  # a sum reorders floats; every end point back is bitwise
+
     # ---- a round -----------------------------------------------------------------------------
     def holds_reports(self) -> bool:
         return self.cfg.partial_sums

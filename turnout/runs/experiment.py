@@ -154,8 +154,9 @@ def open_resume(given: Path, expected_variants: list[ResolvedExperiment] | None,
     the exception: a run started on a Ray cluster that is gone resumes on this machine's cores (``turnout
     resume DIR --set executor.name=sequential``, the ``executor`` overrides here). The sequential, parallel
     and Ray executors give bitwise the same numbers, so the tables do not change; a change to or from one
-    that does not (``vectorized``, ``auto``) is a warning. The third value records the new executor in the
-    folder; the caller calls it once the plan is prepared, so a resume that fails leaves the folder as it was.
+    that does not (``vectorized``, ``auto``, Ray's ``partial_sums``) is a warning. The third value records the
+    new executor in the folder; the caller calls it once the plan is prepared, so a resume that fails leaves the
+    folder as it was.
     """
     folder = RunFolder.reopen(given)
     try:
@@ -198,15 +199,16 @@ def _without_executor(variants: dict) -> dict:
 def _record_executor(folder: RunFolder, config: dict, saved: dict, now: dict, experiment: dict) -> None:
     """The resumed run trains with another executor: warn if numbers may move, and record it in the folder."""
     def bitwise(block: dict) -> bool:
-        return EXECUTORS.get(block.get("name")).matches_sequential
+        return EXECUTORS.get(block.get("name")).bitwise_with(block)
 
     for name, cfg in now.items():
         was = saved.get(name, {}).get(EXECUTOR) or {}
         if not (bitwise(was) and bitwise(cfg[EXECUTOR])):
             warnings.warn(ConfigWarning(f"{folder.path}: the run continues with executor {cfg[EXECUTOR].get('name')}"
                                         f" (it started with {was.get('name')}); `vectorized` (and `auto`, which may "
-                                        "pick it) agrees with the others within float tolerance, not bitwise: the "
-                                        "resumed rounds may differ in their last digits from an uninterrupted run"),
+                                        "pick it) and the `ray` executor's `partial_sums` agree with the others within "
+                                        "float tolerance, not bitwise: the resumed rounds may differ in their last "
+                                        "digits from an uninterrupted run"),
                           stacklevel=3)
             break
     history = config.setdefault("executor_history", [])
