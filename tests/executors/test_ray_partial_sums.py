@@ -7,6 +7,7 @@ each report, the option is off, the run says why, and the numbers are bitwise se
 """
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from turnout.executors.parallel import WorkerError
 from turnout.executors.ray_actors import RayExecutor, RayExecutorConfig, RayHeldReports
 from turnout.executors.sequential import SequentialExecutor
 from turnout.sim.catalogue import registries
+from turnout.sim.engine import Simulation
 
 ray = pytest.importorskip("ray")
 
@@ -106,6 +108,27 @@ def test_where_a_component_reads_each_report_the_sums_are_off_and_say_why(blocks
     assert result.summary["partial_sums"] is False
     assert result.summary["partial_sums_off_because"] == because
     assert_identical(result, reference(simulate, raw))
+
+
+def test_a_client_whose_report_is_not_finite_is_rejected_where_it_is_held(build_simulation, summing_executor):
+    """Client 3's rows hold a NaN: its report is NaN on the actor, which says so, and it never enters a sum."""
+    built = build_simulation(RAW)
+    exp, data = built.exp, built.data  # the session's dataset stays as it is; this test trains on a poisoned copy
+    x = data.x_train.copy()
+    x[data.train_offsets[3]:data.train_offsets[4]] = np.nan
+    poisoned = dataclasses.replace(data, x_train=x)
+
+    def results(executor):
+        sim = Simulation(exp, poisoned, 0, components={"executor": executor})
+        rows = sim.advance()
+        sim.finish()
+        return sim.result(rows)
+
+    summed, exact = results(summing_executor), results(SequentialExecutor(SequentialExecutor.Config()))
+    assert summed.summary["partial_sums"] is True
+    assert sum(r["n_rejected"] for r in exact.rounds) > 0
+    assert_close(summed, exact, rtol=1e-5, atol=1e-6)  # n_rejected and every other count equal, floats close
+    assert torch.isfinite(summed.final_params).all()
 
 
 def test_reports_asked_for_after_their_round_are_one_line_not_a_wrong_sum(build_simulation, summing_executor):
