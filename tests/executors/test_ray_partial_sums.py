@@ -87,6 +87,21 @@ def test_partial_sums_are_deterministic_and_a_lost_holder_changes_nothing(build_
     assert_identical(again, first)  # chunk 0 trained again on a live actor: the same sums, bitwise
 
 
+def test_a_run_with_partial_sums_resumes_bit_for_bit(build_simulation, summing_executor):
+    """Nothing held outlives its round, and the sums' order is the chunks': a checkpoint between rounds resumes
+    to the same bits (late reports in flight, read back exactly, go through the checkpoint)."""
+    raw = raw_with(round_mode={"name": "deadline", "deadline_s": 0.1})
+    full = run_with(build_simulation, raw, summing_executor)
+    first = build_simulation(raw, components={"executor": summing_executor})
+    head = first.advance(until=3)
+    state = first.state_dict()
+    second = build_simulation(raw, components={"executor": summing_executor})
+    second.load_state_dict(state)
+    tail = second.advance()
+    second.finish()
+    assert_identical(second.result(head + tail), full)
+
+
 def test_late_reports_are_read_back_exactly_and_parked(simulate, build_simulation, summing_executor):
     raw = raw_with(round_mode={"name": "deadline", "deadline_s": 0.1})
     summed, exact = run_with(build_simulation, raw, summing_executor), reference(simulate, raw)
