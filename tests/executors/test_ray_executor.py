@@ -33,18 +33,6 @@ ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    """One local Ray for the module, stopped at the end: 8 logical CPUs, so the module's executor and a
-    test's own can hold actors at once (Ray counts slots, not cores)."""
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    if started:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def ray_executor(local_ray):
     """One executor (two actors) for the module: each simulation sends it its model and data."""
     ex = RayExecutor(RayExecutorConfig(actors=2))

@@ -37,16 +37,6 @@ def raw_with(**blocks):
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    if started:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def summing_executor(local_ray):
     """Two actors, three chunks each a round, summing where they trained."""
     ex = RayExecutor(RayExecutorConfig(actors=2, chunks_per_actor=3, partial_sums=True))

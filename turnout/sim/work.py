@@ -143,10 +143,8 @@ def report_device(sim: Simulation) -> tuple[torch.device | None, str]:
         (not parts.compressor.passes_uploads_through, f"compressor {sim.exp['compressor'].name} encodes on the CPU"),
         (parts.selector.reads_uploads, f"selector {sim.exp['selector'].name} reads the uploads on the CPU"),
     ]
-    for needed, why in needs_cpu:
-        if needed:
-            return None, why
-    return device, ""
+    why = first_reason(needs_cpu)
+    return (None, why) if why else (device, "")
 
 
 def held_reports(sim: Simulation) -> tuple[bool, str]:
@@ -172,10 +170,13 @@ def held_reports(sim: Simulation) -> tuple[bool, str]:
         (not parts.compressor.passes_uploads_through, f"compressor {sim.exp['compressor'].name} encodes each upload"),
         (parts.selector.reads_uploads, f"selector {sim.exp['selector'].name} reads each upload"),
     ]
-    for reads, why in reads_each:
-        if reads:
-            return False, why
-    return True, ""
+    why = first_reason(reads_each)
+    return not why, why
+
+
+def first_reason(checks: list[tuple[bool, str]]) -> str:
+    """The reason of the first check that holds, or "" (a run's summary names what decided it, not every cause)."""
+    return next((why for holds, why in checks if holds), "")
 
 
 def take_rows(reports: torch.Tensor | HeldReports, mask: np.ndarray) -> torch.Tensor:
