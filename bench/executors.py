@@ -27,11 +27,12 @@ process training them all — what the machine's cores give when nothing else is
 ``parallel`` figure above 0.5 can be told apart from a machine whose two cores do not double compute.
 
 ``--ray`` runs its columns on a two-node Ray cluster started here (``ray.cluster_utils.Cluster``: a head
-and a worker node, each its own raylet and object store, half the cores' slots each, so the actors
-sit on both nodes): ``ray``, whose actors send every client's end point back, and ``ray+sums``
-(``partial_sums``), whose actors keep the reports and send one weighted sum per chunk. It ends with
-the executor's overhead, for both: per round, its time beyond the busiest actor's own training,
-over cohorts of 10–100 one-step logreg clients, fitted as a fixed cost per round plus a cost per client.
+and a worker node, each its own raylet and object store, half the cores each with two slots a core;
+each ray column holds one actor per core, so its actors sit on both nodes): ``ray``, whose actors
+send every client's end point back, and ``ray+sums`` (``partial_sums``), whose actors keep the
+reports and send one weighted sum per chunk. It ends with the executor's overhead, for both: per
+round, its time beyond the busiest actor's own training, over cohorts of 10–100 one-step logreg
+clients, fitted as a fixed cost per round plus a cost per client.
 
 ``--device cuda`` adds two columns with ``runtime.device: cuda`` (local training on the GPU,
 aggregation and the rest on the CPU): ``sequential(cuda)`` and ``vectorized(cuda)``; ratios stay
