@@ -142,30 +142,35 @@ def _summary(run: Path) -> dict:
     return json.loads((run / "summary.json").read_text())
 
 
+def _run_with_a_worker_node(cluster, cfg: Path, out: Path, lose_at: str | None = None) -> dict:
+    """Run ``cfg`` into ``out`` with a worker node (one CPU slot) added to the cluster and removed afterwards; with
+    ``lose_at``, removed at once when a Ray worker on it reaches that hold point. Returns the unit's summary."""
+    held = out.with_name(out.name + ".held")
+    node = cluster.add_node(num_cpus=1, env_vars=hold(held, lose_at) if lose_at else {})
+    cluster.wait_for_nodes()
+    run = start("run", cfg, "--out", out, "--quiet")
+    if lose_at:
+        wait_for(held, run)
+        cluster.remove_node(node, allow_graceful=False)
+    _, err = run.communicate(timeout=600)
+    assert run.returncode == 0, err
+    if not lose_at:
+        cluster.remove_node(node)
+    [unit] = _summary(out)["runs"]
+    return unit
+
+
 def test_ray_executor_actors_on_two_nodes_and_a_node_lost_mid_round(tmp_path, cluster):
     ref_cfg, ray_cfg = _executor_config(tmp_path, cluster.address)
     r = turnout("run", ref_cfg, "--out", tmp_path / "ref", "--quiet")
     assert r.returncode == 0, r.stderr
 
-    node = cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()
-    r = turnout("run", ray_cfg, "--out", tmp_path / "two", "--quiet")
-    assert r.returncode == 0, r.stderr
+    unit = _run_with_a_worker_node(cluster, ray_cfg, tmp_path / "two")
     assert_same_tables(tmp_path / "two", tmp_path / "ref")
-    [unit] = _summary(tmp_path / "two")["runs"]
     assert (unit["ray_actors"], unit["ray_nodes"], unit["ray_actors_lost"]) == (2, 2, 0)
-    cluster.remove_node(node)
 
-    held = tmp_path / "held"
-    node = cluster.add_node(num_cpus=1, env_vars=hold(held, "ray-train@3"))  # its actor's third chunk: round 2
-    cluster.wait_for_nodes()
-    run = start("run", ray_cfg, "--out", tmp_path / "lost", "--quiet")
-    wait_for(held, run)
-    cluster.remove_node(node, allow_graceful=False)
-    out, err = run.communicate(timeout=600)
-    assert run.returncode == 0, err
+    unit = _run_with_a_worker_node(cluster, ray_cfg, tmp_path / "lost", lose_at="ray-train@3")  # round 2's chunk
     assert_same_tables(tmp_path / "lost", tmp_path / "ref")
-    [unit] = _summary(tmp_path / "lost")["runs"]
     assert (unit["ray_nodes"], unit["ray_actors_lost"]) == (2, 1)  # the replacement never started: no free slot
 
 
@@ -184,11 +189,7 @@ def test_partial_sums_on_two_nodes_and_a_node_lost_before_it_summed(tmp_path, cl
     r = turnout("run", ref_cfg, "--out", tmp_path / "ref", "--quiet")
     assert r.returncode == 0, r.stderr
 
-    node = cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()
-    r = turnout("run", sums_cfg, "--out", tmp_path / "sums", "--quiet")
-    assert r.returncode == 0, r.stderr
-    [unit] = _summary(tmp_path / "sums")["runs"]
+    unit = _run_with_a_worker_node(cluster, sums_cfg, tmp_path / "sums")
     assert (unit["ray_actors"], unit["ray_nodes"], unit["ray_actors_lost"], unit["partial_sums"]) == (2, 2, 0, True)
     summed, exact = _float_rows(tmp_path / "sums"), _float_rows(tmp_path / "ref")
     assert [r.keys() for r in summed] == [r.keys() for r in exact]
@@ -196,18 +197,9 @@ def test_partial_sums_on_two_nodes_and_a_node_lost_before_it_summed(tmp_path, cl
         for key in a:
             if a[key] != b[key]:  # only floats differ, within the stated tolerance
                 assert float(a[key]) == pytest.approx(float(b[key]), rel=1e-5, abs=1e-6), key
-    cluster.remove_node(node)
 
-    held = tmp_path / "held"
-    node = cluster.add_node(num_cpus=1, env_vars=hold(held, "ray-sum@2"))  # its actor's second sum: round 1's
-    cluster.wait_for_nodes()
-    run = start("run", sums_cfg, "--out", tmp_path / "lost", "--quiet")
-    wait_for(held, run)
-    cluster.remove_node(node, allow_graceful=False)
-    out, err = run.communicate(timeout=600)
-    assert run.returncode == 0, err
+    unit = _run_with_a_worker_node(cluster, sums_cfg, tmp_path / "lost", lose_at="ray-sum@2")  # round 1's sum
     assert_same_tables(tmp_path / "lost", tmp_path / "sums")  # its chunk trained again on the head, summed alike
-    [unit] = _summary(tmp_path / "lost")["runs"]
     assert (unit["ray_nodes"], unit["ray_actors_lost"]) == (2, 1)
 
 
