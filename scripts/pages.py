@@ -40,14 +40,17 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from turnout.core.environment import CROSS_CPU_ATOL, CROSS_CPU_RTOL
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 RUNS = ROOT / "runs" / "reproduce"
 RECORD_START, RECORD_END = "<!-- page-record", "-->"
 #: numbers a check slice records per variant (from the run's summary)
 SLICE_METRICS = ("final_loss", "final_accuracy", "bytes_up", "bytes_down", "sim_time_s", "resource_s")
-#: relative tolerance of ``--check`` (the runs are deterministic; this only absorbs float printing)
-REL_TOL = 1e-6
+#: relative tolerance of ``--check`` for floats; integers (bytes, counts) are compared exactly. A page may be
+#: checked on another CPU than the one that made it: the tolerance is docs/determinism.md's across CPUs.
+REL_TOL, ABS_TOL = CROSS_CPU_RTOL, CROSS_CPU_ATOL
 
 
 @dataclass(frozen=True)
@@ -340,8 +343,8 @@ def slice_section(name: str, page: Page, record: dict) -> str:
     head = ("## Check slice\n\n"
             f"`bash scripts/reproduce.sh --check {name}` re-resolves this page's configs (hash above) and re-runs a "
             f"slice of it — setting {sl['setting']}, seed 0, {sl['rounds']} rounds, every variant, evaluated after the "
-            "last round — and fails when a number below is no longer what the code produces "
-            f"(relative tolerance {REL_TOL:g}); `tests/test_pages.py` runs it for every page.\n\n")
+            "last round — and fails when a number below is no longer what the code produces (integers exactly, "
+            f"floats within relative {REL_TOL:g}); `tests/test_pages.py` runs it for every page.\n\n")
     cols = SLICE_METRICS
     lines = ["| variant | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
     for v, nums in sl["numbers"].items():
@@ -419,7 +422,9 @@ def _same(a, b) -> bool:
         return a is b
     if isinstance(a, float) and math.isnan(a):
         return isinstance(b, float) and math.isnan(b)
-    return math.isclose(float(a), float(b), rel_tol=REL_TOL, abs_tol=1e-12)
+    if isinstance(a, int) or isinstance(b, int):
+        return a == b  # bytes and counts: exact on every CPU
+    return math.isclose(float(a), float(b), rel_tol=REL_TOL, abs_tol=ABS_TOL)
 
 
 def check(name: str, page: Page | None = None, path: Path | None = None) -> list[str]:

@@ -22,12 +22,7 @@ RECORDED = json.loads(golden.GOLDEN.read_text())
 TABLES = golden.recorded_tables()
 SAME_ENVIRONMENT = golden.environment() == golden.recorded_environment()
 
-HANDFUL = ["exp:quickstart.yaml", "exp:refl/fashion_mnist.yaml[DL-IID]", "exp:fedsum/cases.yaml",
-           "exp:adaptive_ou/synthetic.yaml",
-           "matrix:round_mode=deadline,selector=oort,compressor=gluefl,algorithm=stale_aware",
-           "matrix:round_mode=over_commit,selector=sticky,compressor=gluefl,algorithm=fedyogi",
-           "matrix:availability=trace,selector=refl_ips", "matrix:availability=ln,selector=fedgs",
-           "matrix:availability=p2_bernoulli,selector=oort"]
+HANDFUL = golden.HANDFUL
 
 
 @pytest.mark.parametrize("name", HANDFUL)

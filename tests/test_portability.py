@@ -22,7 +22,7 @@ import yaml
 
 from turnout.app.cli import main
 from turnout.core import numerics
-from turnout.core.environment import NUMERIC_PACKAGES
+from turnout.core.environment import NUMERIC_PACKAGES, float_fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = importlib.util.spec_from_file_location("golden_hashes_portability", ROOT / "scripts" / "golden_hashes.py")
@@ -247,11 +247,41 @@ def test_resume_says_in_one_line_when_package_versions_differ(tmp_path):
     partial = out.with_name("run.partial")
     config = yaml.safe_load((partial / "config.yaml").read_text())
     assert config["turnout"]["numpy"] == np.__version__ and "scipy" in config["turnout"]
+    floats = config["turnout"]["floats"]
+    assert floats == float_fingerprint()
     config["turnout"]["numpy"] = "1.26.0"
+    config["turnout"]["floats"] = "0123456789abcdef"  # started on a CPU whose kernels add in another order
     (partial / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     r = subprocess.run([sys.executable, "-m", "turnout", "resume", str(out), "--quiet"], capture_output=True,
                        text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr
     warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("turnout: warning:")]
     assert len(warnings) == 1 and f"numpy 1.26.0 → {np.__version__}" in warnings[0], r.stderr
+    assert f"floats 0123456789abcdef → {floats}" in warnings[0]
     assert "last digits" in warnings[0]
+
+
+# ---- the measured float fingerprint ----------------------------------------------------------------------
+def _fingerprint_under(**env):
+    code = ("import json; from turnout.core.environment import fingerprint; print(json.dumps(fingerprint()))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                       env={**__import__("os").environ, **env})
+    assert r.returncode == 0, r.stderr
+    return __import__("json").loads(r.stdout)
+
+
+def test_the_float_fingerprint_sees_the_kernels_that_their_names_miss():
+    """MKL picks its code path by CPU vendor and model (an Intel and an AMD machine with the same kernel names add
+    in different orders); ``MKL_ENABLE_INSTRUCTIONS`` makes that happen here. The names stay, the bits move."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import emulate_cpu
+
+    native = _fingerprint_under()
+    assert native["floats"] == _fingerprint_under()["floats"]  # a measurement that repeats
+    mkl = _fingerprint_under(MKL_ENABLE_INSTRUCTIONS=emulate_cpu.other_mkl())
+    assert {k: mkl[k] for k in mkl if k != "floats"} == {k: native[k] for k in native if k != "floats"}
+    assert mkl["floats"] != native["floats"]
+    aten = _fingerprint_under(ATEN_CPU_CAPABILITY=emulate_cpu.other_aten(native["torch_cpu"]))
+    assert aten["floats"] != native["floats"]
+    blas = _fingerprint_under(OPENBLAS_CORETYPE=emulate_cpu.other_blas(native["numpy_blas"]))
+    assert blas["floats"] != native["floats"] and blas["torch_cpu"] == native["torch_cpu"]

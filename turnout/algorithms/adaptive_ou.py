@@ -219,7 +219,8 @@ class AdaptiveOU(Algorithm):
         self.full_uploads += sent
         self.nacks += int(nack.sum())
         self.last_metrics = {"ou_threshold": self.threshold, "n_full_uploads": sent, "n_nack": int(nack.sum())}
-        return global_params + cfg.server_lr_at(round) * update
+        return self.stepped(global_params, cfg.server_lr_at(round) * update,
+                            dense=cfg.strategy == "ou" and bool(nack.any()))  # the OU estimate: memory
 
     def round_metrics(self) -> dict[str, object]:
         """Extra columns for the round's row: threshold, full uploads, NACKs."""

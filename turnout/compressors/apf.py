@@ -46,6 +46,7 @@ class APF(Compressor):
 
     accepts = frozenset({UploadKind.MODEL_DELTA})
     state_attrs = ("active", "ema_g", "ema_abs", "freeze_len", "unfreeze_at")
+    scratch_attrs = ("_sent_mask",)  # the active set server_update applied, read once by sent_support
 
     def __init__(self, cfg: Config, dim: int, seed: int, store=None, layout=None):
         super().__init__(cfg, dim, seed, store)
@@ -79,6 +80,7 @@ class APF(Compressor):
 
     def server_update(self, round: int, update: torch.Tensor) -> torch.Tensor:
         sent = torch.where(self.active, update, torch.zeros_like(update))
+        self._sent_mask = self.active
         cfg = self.cfg
         if (round + 1) % cfg.check_every == 0 and bool(torch.isfinite(sent).all()):
             r, f, a = float(round + 1), float(cfg.check_every), cfg.ema
@@ -93,6 +95,10 @@ class APF(Compressor):
             self.unfreeze_at[act] = r + self.freeze_len[act]
             self.active = self.unfreeze_at < r + f
         return sent
+
+    def sent_support(self, sent: torch.Tensor) -> torch.Tensor | None:
+        mask, self._sent_mask = getattr(self, "_sent_mask", None), None
+        return mask  # frozen coordinates are not sent, whatever the step held there
 
     def download_bytes(self, lacking: np.ndarray) -> np.ndarray:
         if self.cfg.accounting == "gluefl_code":

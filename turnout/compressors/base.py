@@ -82,6 +82,11 @@ class Compressor(Stateful, Deployable, ABC):
         """Compress the server's model change before it is applied/broadcast. Default: unchanged."""
         return update
 
+    def sent_support(self, sent: torch.Tensor) -> torch.Tensor | None:
+        """Which coordinates the :meth:`server_update` that returned ``sent`` let through (None: the step went on
+        whole, and the algorithm's step decides what changed). The download ledger counts them."""
+        return None
+
     def device_state(self, round: int) -> dict[str, torch.Tensor]:
         """Server-side state that round ``round``'s upload encoding reads (a shared mask, a frozen set).
 

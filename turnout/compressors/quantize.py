@@ -105,6 +105,9 @@ class Quantize(Compressor):
         return quantize(update.unsqueeze(0), self._noise(DOWN_PURPOSE, round, [rngmod.NONE]), self.cfg.bits,
                         self.cfg.scheme, self.layout)[0]
 
+    def sent_support(self, sent: torch.Tensor) -> torch.Tensor | None:
+        return sent != 0 if self.cfg.downlink else None  # a coordinate quantised to zero is not sent
+
     def download_bytes(self, lacking: np.ndarray) -> np.ndarray:
         lacking = np.asarray(lacking, dtype=np.int64)
         if not self.cfg.downlink:

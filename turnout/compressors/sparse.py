@@ -320,6 +320,9 @@ class SparsifierBase(Compressor):
             self.mask_in_use = not self.regenerates(round + 1) and bool(self.shared_mask.any())
         return sent.to(update.dtype)
 
+    def sent_support(self, sent: torch.Tensor) -> torch.Tensor | None:
+        return sent != 0 if self.server_ratio is not None else None  # the server's top-k keeps its support
+
     # ---- downloads ---------------------------------------------------------------------------
     def mask_broadcast_bytes(self) -> int:
         """Bytes to send the shared mask M to one client (0 when the coming round does not use it)."""

@@ -3,16 +3,26 @@
 A run folder records :func:`versions` in ``config.yaml``; ``turnout resume`` compares them with the running
 process (:func:`version_changes`) and says so in one line, since a resumed half computed by another numpy or
 torch can differ from an uninterrupted run in its last digits. :func:`fingerprint` adds the kernels that pick
-the arithmetic's order (OpenBLAS's core type for numpy and scipy, torch's CPU capability): the golden checks
-demand byte-identical tables only where the fingerprint is the recorded one (``docs/determinism.md``).
+the arithmetic's order: their names (OpenBLAS's core type, torch's CPU capability) and, since names miss what
+decides the bits (MKL and oneDNN pick their code path by CPU vendor and model, so an Intel and an AMD machine
+with the same names add in different orders), a *measured* :func:`float_fingerprint`. The golden checks demand
+byte-identical tables only where the whole fingerprint is the recorded one (``docs/determinism.md``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import platform
+from functools import lru_cache
 from importlib import metadata
 
 from . import __version__
+
+#: How far a float of a run's tables may move on another CPU (relative; absolute near zero): the second level of
+#: docs/determinism.md, which states for how many rounds it holds and the measured drift that justifies it. The
+#: golden and results-page checks compare floats within it where the float fingerprint is not the recorded one.
+CROSS_CPU_RTOL = 1e-4
+CROSS_CPU_ATOL = 1e-12
 
 #: Distributions whose release can change a number turnout reports (the ones constraints.txt pins for that).
 NUMERIC_PACKAGES = ("torch", "numpy", "scipy", "scikit-learn", "pandas")
@@ -31,9 +41,15 @@ def versions() -> dict[str, str]:
             **{dist: _version(dist) for dist in NUMERIC_PACKAGES}}
 
 
+def recorded_environment() -> dict[str, str]:
+    """What a run folder's ``config.yaml`` records under ``turnout``: :func:`versions` and :func:`float_fingerprint`."""
+    return {**versions(), "floats": float_fingerprint()}
+
+
 def version_changes(recorded: dict) -> list[str]:
-    """``"numpy 2.4.5 → 2.4.6"`` for every recorded version that differs from this process's (empty: same)."""
-    now = versions()
+    """``"numpy 2.4.5 → 2.4.6"`` for every recorded version (and the float fingerprint, ``floats``, where recorded)
+    that differs from this process's (empty: same)."""
+    now = {**versions(), **({"floats": float_fingerprint()} if "floats" in recorded else {})}
     return [f"{k} {recorded[k]} → {now[k]}" for k in now if k in recorded and str(recorded[k]) != now[k]]
 
 
@@ -48,9 +64,82 @@ def blas_kernel() -> str:
     return "unknown"
 
 
+def _pattern(shape: tuple[int, ...], salt: int):
+    """Fixed values in [−0.5, 0.5) made by integer arithmetic: the same bits on every CPU (no RNG kernel involved)."""
+    import numpy as np
+
+    i = np.arange(int(np.prod(shape)), dtype=np.int64)
+    return (((i * 2654435761 + salt * 97) % 10007) / 10007.0 - 0.5).reshape(shape)
+
+
+def _float_probes() -> dict[str, list]:
+    """The float results of a fixed small computation through each kind of kernel turnout's numbers go through."""
+    import numpy as np
+    import torch  # imported here: `import turnout` stays light
+    import torch.nn.functional as F
+
+    def t(shape, salt, grad=False):
+        return torch.from_numpy(np.ascontiguousarray(_pattern(shape, salt), dtype=np.float32)).requires_grad_(grad)
+
+    y = torch.from_numpy(np.arange(100, dtype=np.int64) % 10)
+    x, cw, lw, lb = t((64, 3, 16, 16), 1), t((8, 3, 3, 3), 2, True), t((10, 8 * 14 * 14), 3, True), t((10,), 4, True)
+    out = F.conv2d(x, cw).relu().flatten(1) @ lw.T + lb  # conv (oneDNN / ATen), matmul (MKL)
+    loss = F.cross_entropy(out, y[:64])
+    loss.backward()
+    a, w1, w2 = t((100, 784), 5), t((200, 784), 6, True), t((10, 200), 7, True)  # an MLP's linear layers
+    o = F.linear(F.linear(a, w1).relu(), w2)
+    F.cross_entropy(o, y).backward()
+    lstm = torch.nn.LSTM(8, 16, batch_first=True)  # a recurrent model (oneDNN's RNN kernels)
+    with torch.no_grad():
+        for k, p in enumerate(lstm.parameters()):
+            p.copy_(t(tuple(p.shape), 10 + k))
+    seq, _ = lstm(t((4, 12, 8), 9))
+    seq.sum().backward()
+    p = t((1000,), 20, True)  # the optimiser's step (ATen's vectorised loops), three times
+    opt = torch.optim.SGD([p], lr=0.1, momentum=0.9, weight_decay=1e-4)
+    for _ in range(3):
+        opt.zero_grad()
+        (p.sin() * p).sum().backward()
+        opt.step()
+    v = t((50, 5000), 21)  # reductions and the weighted sum of reports
+    an = _pattern((64, 64), 23)  # numpy through OpenBLAS
+    return {"conv": [out, loss, cw.grad, lw.grad, lb.grad], "mlp": [o, w1.grad, w2.grad],
+            "lstm": [seq, *[q.grad for q in lstm.parameters()]], "sgd": [p],
+            "reduce": [v.sum(0), v.sum(), v.norm(dim=1), t((50,), 22) @ v, v.double().sum(0)],
+            "numpy": [an @ an.T, an.sum(0), np.array(an.ravel() @ an.ravel())]}
+
+
+@lru_cache(maxsize=1)
+def float_fingerprint() -> str:
+    """A hash of the bits of :func:`_float_probes`: what this process's kernels actually compute.
+
+    Two processes with the same versions and the same hash add in the same order in every kernel probed (a
+    convolution, an MLP's and an LSTM's forward and backward pass, the optimiser's step, reductions, numpy's
+    matrix product); another CPU vendor or model, ``ATEN_CPU_CAPABILITY``, ``OPENBLAS_CORETYPE``,
+    ``MKL_ENABLE_INSTRUCTIONS`` or ``ONEDNN_MAX_CPU_ISA`` changes it (``tests/test_portability.py``).
+    """
+    import numpy as np
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as runs train (runtime.torch_threads); a reduction's split depends on it
+    try:
+        with torch.random.fork_rng(devices=[]):  # the LSTM's construction draws from the global generator
+            probes = _float_probes()
+    finally:
+        torch.set_num_threads(threads)
+    h = hashlib.sha256()
+    for name, values in sorted(probes.items()):
+        h.update(name.encode())
+        for v in values:
+            arr = v.detach().contiguous().numpy() if isinstance(v, torch.Tensor) else np.ascontiguousarray(v)
+            h.update(arr.tobytes())
+    return h.hexdigest()[:16]
+
+
 def fingerprint() -> dict[str, str]:
-    """:func:`versions` plus the machine and kernels that order float arithmetic (numpy's BLAS, torch's ISA)."""
+    """:func:`versions`, the machine, the kernels' names and :func:`float_fingerprint` (what decides the bits)."""
     import torch  # imported here: `import turnout` stays light
 
     return {**versions(), "machine": platform.machine(), "numpy_blas": blas_kernel(),
-            "torch_cpu": str(torch.backends.cpu.get_cpu_capability())}
+            "torch_cpu": str(torch.backends.cpu.get_cpu_capability()), "floats": float_fingerprint()}

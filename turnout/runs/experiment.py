@@ -26,7 +26,7 @@ import torch
 import yaml
 
 from ..config.loader import ResolvedExperiment
-from ..core.environment import version_changes
+from ..core.environment import recorded_environment, version_changes
 from ..core.errors import ConfigError, ConfigWarning, TurnoutError
 from ..core.metrics import comparison_rows, cumulate
 from ..executors.base import EXECUTORS
@@ -56,7 +56,7 @@ class RunInterrupted(TurnoutError):
 def resolved_config(plan: Plan) -> dict:
     """What ``config.yaml`` holds: every variant's resolved config, the seeds, the versions and the plugins
     (module, file, sha256 of each)."""
-    return {"turnout": versions(), "name": plan.name, "seeds": plan.seeds,
+    return {"turnout": recorded_environment(), "name": plan.name, "seeds": plan.seeds,
             "plugins": plugins.records(plan.variants[0].config.plugins),
             "variants": {v.variant: v.as_dict() for v in plan.variants}}
 
@@ -168,7 +168,8 @@ def open_resume(given: Path, expected_variants: list[ResolvedExperiment] | None,
         raise ConfigError("resume", str(given), f"its experiment.json/config.yaml cannot be read ({exc})") from None
     changed = version_changes(config.get("turnout") or {})
     if changed:
-        warnings.warn(ConfigWarning(f"{folder.path} was started with other package versions ({', '.join(changed)}); "
+        warnings.warn(ConfigWarning(f"{folder.path} was started with other package versions or CPU kernels "
+                                    f"({', '.join(changed)}); "
                                     "the resumed rounds may differ in their last digits from an uninterrupted run"),
                       stacklevel=2)
     try:

@@ -113,14 +113,31 @@ class TrainedWork(Work):
     def aggregate(self, sim: Simulation, r: int, reports: Reports, trained: Trained, settled: Settled) -> int:
         old = sim.params
         new = sim.algorithm.aggregate(r, old, reports)
-        new = old + sim.compressor.server_update(r, new - old)
-        changed = sim.ledger.record(r, (new != old).numpy())
+        stepped = sim.algorithm.take_step_support()
+        sent = sim.compressor.server_update(r, new - old)
+        new = old + sent
+        changed = sim.ledger.record(r, changed_support(new, old, stepped, sim.compressor.sent_support(sent)))
         sim.global_model.params = new
         agg = settled.aggregated
         if agg.any() and sim.buffers:
             sim.global_model.buffers = average_buffers([trained.result.buffers[i] for i in np.flatnonzero(agg)],
                                                        settled.weights[agg])
         return changed
+
+
+def changed_support(new: torch.Tensor, old: torch.Tensor, stepped: torch.Tensor | None,
+                    sent: torch.Tensor | None) -> np.ndarray:
+    """Which coordinates a round changed, as the download ledger counts them.
+
+    The support of the step the algorithm took (:meth:`Algorithm.stepped`), cut to what the compressor sent;
+    a rule that does not say is counted by which values changed. Never by whether ``x + s`` rounded back to
+    ``x``: that hinges on the last digit of ``s``, which another CPU's kernels may give otherwise, and would
+    make a dense run's bytes down differ between machines (docs/determinism.md).
+    """
+    changed = stepped if stepped is not None else new != old
+    if sent is not None:
+        changed = changed & sent
+    return changed.cpu().numpy()
 
 
 def report_device(sim: Simulation) -> tuple[torch.device | None, str]:
