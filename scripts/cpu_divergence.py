@@ -8,6 +8,8 @@ float cell over all cases, and every cell that is not a float and differs (a cou
 docs/determinism.md's tolerance and the golden runs' length come from these figures.
 
     python scripts/cpu_divergence.py --only exp: --set rounds=20
+    python scripts/cpu_divergence.py --compare TABLES.json.gz   # a golden_hashes.py --check --save-tables
+                                                                # run against the recorded tables
     python scripts/cpu_divergence.py --only quickstart,matrix:availability=ln --env native \\
         --env ATEN_CPU_CAPABILITY=avx2 --env ATEN_CPU_CAPABILITY=default,OPENBLAS_CORETYPE=Haswell
 """
@@ -118,11 +120,21 @@ def main(argv: list[str] | None = None) -> int:
                    help="an environment (NAME=VALUE[,NAME=VALUE] or native); the first is the reference")
     p.add_argument("--show", type=int, default=5, help="discrete differences to print per environment")
     p.add_argument("--per-case", action="store_true", help="print every case's own figures")
+    p.add_argument("--compare", type=Path, default=None,
+                   help="instead of running: compare these saved tables (golden_hashes.py --save-tables or --dump) "
+                        "with the recorded golden tables")
     p.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
     args = p.parse_args(argv)
     envs = args.env or list(DEFAULT_ENVS)
-    with tempfile.TemporaryDirectory(prefix="turnout-drift-") as tmp:
-        tables = {spec: dump(spec, args.only, args.extra, Path(tmp) / f"{i}.json.gz") for i, spec in enumerate(envs)}
+    if args.compare:
+        saved = json.loads(gzip.decompress(args.compare.read_bytes()))
+        recorded = golden.recorded_tables()
+        envs = ["recorded", str(args.compare)]
+        tables = {envs[0]: {k: recorded[k] for k in saved}, envs[1]: saved}
+    else:
+        with tempfile.TemporaryDirectory(prefix="turnout-drift-") as tmp:
+            tables = {spec: dump(spec, args.only, args.extra, Path(tmp) / f"{i}.json.gz")
+                      for i, spec in enumerate(envs)}
     ref = tables[envs[0]]
     print(f"{len(ref)} cases ({args.only}; {' '.join(args.extra) or 'as recorded'}), reference: {envs[0]}")
     report = {}

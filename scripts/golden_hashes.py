@@ -258,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", help="comma-separated substrings of case names to run")
     p.add_argument("--names", type=Path, default=None, help="a file of exact case names to run, one a line")
     p.add_argument("--handful", action="store_true", help="run the handful of cases the default suite re-checks")
+    p.add_argument("--save-tables", type=Path, default=None,
+                   help="with --check: also write the tables this run made (as --dump does), for "
+                        "scripts/cpu_divergence.py --compare")
     mode.add_argument("--dump", type=Path, default=None,
                       help="only run the cases and write their tables (case → file → text) to this gzipped JSON "
                            "file (scripts/cpu_divergence.py compares such dumps across emulated CPUs)")
@@ -296,8 +299,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{tag} {name}" + (f"  ({'; '.join(problems)})" if problems else ""), flush=True)
             else:
                 print(f"{name}: {results[name]['rounds.csv'][:12]} {results[name]['clients.csv'][:12]}", flush=True)
+    if args.dump or args.save_tables:
+        (args.dump or args.save_tables).write_bytes(gzip.compress(json.dumps(tables, sort_keys=True).encode(), mtime=0))
     if args.dump:
-        args.dump.write_bytes(gzip.compress(json.dumps(tables, sort_keys=True).encode(), mtime=0))
         return 0
     if args.write:
         if want and env_before and not same_env:

@@ -2,7 +2,9 @@
 # One command from a fresh clone: install (with the test, docs and flower extras and the
 # Fashion-MNIST Debian package when we are root), lint, build the documentation site strictly,
 # check the package as a pip user gets it (scripts/package_check.sh), then run the default test
-# suite (slow tests excluded; add `-m slow` or `-m ""` to include them).
+# suite (slow tests excluded; add `-m slow` or `-m ""` to include them). The suite runs the golden and page
+# checks twice: as the machine is, and in a process that computes like another CPU (tests/test_emulated_cpu.py,
+# scripts/emulate_cpu.py), so a clone on another CPU passes what CI passed (docs/determinism.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup-env.sh --test

@@ -447,6 +447,10 @@ HARDENING = {
     "server_lr 1e308": (config(algorithm={"name": "fedavg", "server_lr": 1e308}),
                         ["algorithm.server_lr = 1e+308", "<= 1000"]),
     "negative seed": (config(seeds=[-1]), ["seeds.0 = -1", ">= 0"]),
+    "executor memory_mb 1e308": (config(executor={"name": "vectorized", "memory_mb": 1e308}),
+                                 ["executor.memory_mb = 1e+308", "<= 16777216"]),
+    "auto executor memory_mb 1e308": (config(executor={"name": "auto", "memory_mb": 1e308}),
+                                      ["executor.memory_mb = 1e+308", "<= 16777216"]),
 }
 
 
@@ -463,3 +467,16 @@ def test_set_on_a_default_block_runs(tmp_path, capsys):
     assert rc == 0, err
     resolved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["variants"]["base"]["devices"]
     assert resolved["name"] == "homogeneous" and resolved["down_kBps"] == 100
+
+
+@pytest.mark.parametrize("args", [["list"], ["list", "experiments"], ["run", "--help"], ["--help"]])
+def test_a_reader_that_goes_away_ends_the_command_quietly(args):
+    """`turnout list | head -1`: the pipe closes before turnout writes; no message, no traceback file, 0 or 141."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-m", "turnout", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # the reader is gone before the first line
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) in (0, 141)
+    assert err == "", err

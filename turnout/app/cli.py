@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -544,7 +545,30 @@ def _log_traceback(exc: BaseException) -> Path:
     return Path(name)
 
 
+#: exit status when the reader of our output went away (128 + SIGPIPE, as a shell reports a command killed by it)
+EXIT_PIPE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command line. Output piped into ``head``, ``less`` or ``grep -m1`` ends quietly when the reader goes
+    away: no message, exit 141, whatever the command (argparse's ``--help`` included)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_PIPE
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush does not fail again on the closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a file (a test's capture): nothing is flushed to a pipe
+        pass
+
+
+def _main(argv: list[str] | None) -> int:
     # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
     from ..runs.experiment import RunInterrupted
 
@@ -572,6 +596,8 @@ def main(argv: list[str] | None = None) -> int:
     except TurnoutError as exc:
         print(f"turnout: error: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        raise  # the reader went away: main ends quietly
     except KeyboardInterrupt:
         where = f"; the last checkpoint is in {_BOUNDARY.folder}" if _BOUNDARY.folder else ""
         print(f"turnout: stopped at once{where}", file=sys.stderr)

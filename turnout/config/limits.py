@@ -35,7 +35,7 @@ MAX_S_PER_SAMPLE = 3_600.0
 MIN_KBPS, MAX_KBPS = 1e-3, 1e9
 #: Availability traces to generate.
 MAX_TRACES = 100_000_000
-#: RAM for per-client state, in MiB (16 TiB).
+#: RAM for per-client state, in MiB (16 TiB); also the cap of any other memory budget.
 MAX_STATE_MB = float(16 << 20)
 #: Seeds are 32-bit: every random stream is keyed by the seed as one 32-bit word.
 MAX_SEED = 2**32 - 1

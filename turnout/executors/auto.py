@@ -25,6 +25,7 @@ from torch import nn
 
 from ..algorithms.base import Algorithm
 from ..config.base import NoOptions, StrictModel
+from ..config.limits import MAX_STATE_MB
 from ..data.federated import FederatedDataset
 from ..models.flat import FlatModel
 from ..training.local_sgd import LocalTrainer
@@ -43,7 +44,8 @@ DENSE_LAYERS = (nn.Linear, nn.Flatten, nn.Identity, nn.ReLU, nn.ReLU6, nn.LeakyR
 class AutoConfig(StrictModel):
     workers: int | None = Field(None, ge=1, le=256, description="cores rule 4 counts and parallel's worker processes "
                                                                 "(default: the available cores)")
-    memory_mb: float = Field(512.0, gt=0.0, description="vectorized's memory budget per chunk of clients")
+    memory_mb: float = Field(512.0, gt=0.0, le=MAX_STATE_MB,
+                             description="vectorized's memory budget per chunk of clients")
 
 
 def choose(model: FlatModel, cohort: int, cores: int, device: str) -> tuple[str, str]:
