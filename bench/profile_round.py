@@ -47,6 +47,22 @@ def timed_phases(sim: Simulation, times: dict[str, list[float]]) -> None:
         setattr(sim, name, wrapper)
 
 
+def weighted_sum_floor(sim: Simulation, k: int, reps: int = 15) -> float:
+    """Median seconds of the one product a FedAvg aggregation cannot avoid: ``weights @ updates`` over the cohort's
+    ``k`` reports, on the device the reports live on (the floor the aggregate phase is judged against)."""
+    device = sim.trainer.device if sim.report_device is not None else torch.device("cpu")
+    updates = torch.randn(k, sim.model.dim, device=device)
+    w = torch.rand(k, dtype=updates.dtype, device=device)
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        (w / w.sum()) @ updates
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("config")
@@ -78,6 +94,13 @@ def main() -> None:
         if ts:
             print(f"  {name[1:]:<10} {sum(ts) / args.rounds * 1e3:8.2f} ms a round  (median call "
                   f"{statistics.median(ts) * 1e3:.2f} ms, {len(ts)} calls)")
+    if times.get("_aggregate"):
+        k = sim.selector.target()
+        floor = weighted_sum_floor(sim, k)
+        agg = statistics.median(times["_aggregate"])
+        print(f"aggregate phase against its floor (median, same process): {agg * 1e3:.2f} ms vs weights @ updates "
+              f"({k} x {sim.model.dim:,}) {floor * 1e3:.2f} ms: "
+              f"{agg / floor:.2f}x")
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)

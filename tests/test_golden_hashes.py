@@ -46,7 +46,8 @@ ROUNDS = "round,n_selected,bytes_up,fedgs_solver,fedgs_objective,accuracy\n0,4,9
 @pytest.mark.parametrize("got, verdict", [
     (ROUNDS, []),  # the same text
     (ROUNDS.replace("0.5542135914790631", "0.5542135914790629"), []),  # another BLAS kernel's last digits
-    (ROUNDS.replace("0.5542135914790631", "0.5542145"), ["fedgs_objective"]),  # 1.6e-6 relative: too far
+    (ROUNDS.replace("0.5542135914790631", "0.5542185"), []),  # 8.9e-6 relative: another CPU's drift
+    (ROUNDS.replace("0.5542135914790631", "0.5543245"), ["fedgs_objective"]),  # 2e-4 relative: too far
     (ROUNDS.replace("9760", "9761"), ["bytes_up"]),  # integers are exact
     (ROUNDS.replace("heuristic", "exact"), ["fedgs_solver"]),  # strings are exact
     (ROUNDS.replace("0.5542135914790631,", "0.5542135914790631,0.5"), ["accuracy"]),  # empty vs a number

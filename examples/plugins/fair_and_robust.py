@@ -82,4 +82,4 @@ class TrimmedMean(Algorithm):
         values = reports.updates.to(torch.float64)
         if cut:
             values = torch.sort(values, dim=0).values[cut:k - cut]
-        return self.stepped(global_params, self.cfg.server_lr * values.mean(dim=0).to(global_params.dtype))
+        return global_params + self.cfg.server_lr * values.mean(dim=0).to(global_params.dtype)

@@ -23,6 +23,7 @@ class HandUpdates(Algorithm):
     """Server rule that changes exactly SUPPORTS[round] (ignores the clients' reports)."""
 
     Config = None
+    sparse_steps = True  # a structural mask: the ledger counts the values it changed
 
     def aggregate(self, round, global_params, reports):
         out = global_params.clone()
@@ -82,3 +83,21 @@ def test_stale_client_downloads_union_of_missed_supports(build_simulation):
     assert sim.population.bytes_down.sum() == sum(r["bytes_down"] for r in res.rounds)
     # the ledger's change count per round is the hand-built support size
     assert [r["coords_changed"] for r in res.rounds] == [len(SUPPORTS[r]) for r in range(6)]
+
+
+class DenseHandUpdates(HandUpdates):
+    """The same steps from a rule that does not declare them sparse by construction."""
+
+    sparse_steps = False
+
+
+def test_a_rule_without_sparse_steps_changes_every_coordinate_in_a_round_that_moves(build_simulation):
+    """A trained step's zeros hinge on last digits (a ReLU, a sum rounding back), so they are not counted on;
+    every coordinate changes in a round that moves the model (docs/determinism.md)."""
+    sim = build_simulation(RAW, components={
+        "algorithm": lambda ctx: DenseHandUpdates(None, ctx.algorithm_context),
+        "selector": lambda ctx: Schedule(None, ctx.world),
+        "compressor": lambda ctx: PricingSpy(ctx.exp["compressor"].cfg, ctx.dim, 0, ctx.store)})
+    res = sim.run()
+    assert [r["coords_changed"] for r in res.rounds] == [DIM] * 6
+    assert sim.compressor.downloads[1].tolist() == [DIM, DIM]  # client 0 missed round 0's step: the whole model

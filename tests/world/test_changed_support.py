@@ -3,38 +3,48 @@
 import numpy as np
 import torch
 
-from turnout.algorithms.fedavg import FedAvg
-from turnout.sim.work import changed_support
+from turnout.compressors.topk import TopK
+from turnout.sim.work import record_step
+from turnout.world.ledger import INITIAL, CoordinateLedger
 
 
-def fedavg(momentum=0.0):
-    return FedAvg(FedAvg.Config(server_momentum=momentum), None)
+def test_a_dense_step_changes_every_coordinate_even_where_the_sum_rounded_back():
+    ledger = CoordinateLedger(4, max_rounds=5)
+    old = torch.tensor([1.0, 1.0, 1.0, 0.0])
+    new = old + torch.tensor([1e-9, 0.0, 0.5, 0.0])  # 1 + 1e-9 rounds back to 1 in float32
+    assert (new != old).tolist() == [False, False, True, False]  # what the ledger once counted: a last-digit question
+    assert record_step(ledger, 0, new, old, None) == 4
+    assert ledger.last_change().tolist() == [0, 0, 0, 0] and ledger.lacking(np.array([-1, 0])).tolist() == [4, 0]
 
 
-def test_a_step_that_rounds_away_still_counts_as_a_change():
-    algo = fedavg()
-    old = torch.tensor([1.0, 1.0, 1.0])
-    step = torch.tensor([1e-9, 0.0, 0.5])  # 1 + 1e-9 rounds back to 1 in float32
-    new = algo.stepped(old, step)
-    assert new[0] == old[0]  # the value did not move ...
-    support = algo.take_step_support()
-    assert changed_support(new, old, support, None).tolist() == [True, False, True]  # ... but the step touched it
-    assert (new != old).tolist() == [False, False, True]  # what the ledger counted before: a last-digit question
-    assert algo.take_step_support() is None  # read once
+def test_a_round_that_does_not_move_the_model_changes_nothing():
+    ledger = CoordinateLedger(5, max_rounds=5)
+    old = torch.arange(5, dtype=torch.float32)
+    assert record_step(ledger, 0, old.clone(), old, None) == 0
+    assert (ledger.last_change() == INITIAL).all() and ledger.lacking(np.array([-1])).tolist() == [0]
 
 
-def test_a_rule_with_memory_changes_every_coordinate_when_it_moves_at_all():
-    algo = fedavg()
-    old = torch.zeros(4)
-    algo.stepped(old, torch.tensor([0.0, 2.0, 0.0, 0.0]), dense=True)
-    assert algo.take_step_support().tolist() == [True] * 4
-    algo.stepped(old, torch.zeros(4), dense=True)
-    assert algo.take_step_support().tolist() == [False] * 4
+def test_a_sparse_step_changes_what_the_compressor_sent():
+    c = TopK(TopK.Config(ratio=0.5), dim=4, seed=0)
+    sent = torch.tensor([0.0, 0.25, 0.0, -1.0])
+    assert c.sent_support(sent).tolist() == [False, True, False, True]
+    ledger = CoordinateLedger(4, max_rounds=5)
+    old = torch.ones(4)
+    assert record_step(ledger, 2, old + sent, old, c.sent_support(sent)) == 2
+    assert ledger.last_change().tolist() == [INITIAL, 2, INITIAL, 2]
 
 
-def test_a_rule_that_does_not_say_is_counted_by_value_and_a_compressor_cuts_to_what_it_sent():
-    old, new = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.5, 3.5])
-    assert changed_support(new, old, None, None).tolist() == [False, True, True]
-    sent = torch.tensor([True, True, False])
-    assert changed_support(new, old, torch.ones(3, dtype=torch.bool), sent).tolist() == [True, True, False]
-    assert changed_support(new, old, None, sent).dtype == np.bool_
+def test_recording_every_coordinate_is_the_mask_path_in_o_rounds():
+    """record_all leaves the per-coordinate array for later; every reading agrees with the mask path's."""
+    a, b = CoordinateLedger(6, max_rounds=5), CoordinateLedger(6, max_rounds=5)
+    synced = np.array([-1, 0, 1, 2, 3])
+    for ledger in (a, b):
+        ledger.record(0, np.array([True, False, True, False, False, False]))
+    a.record_all(1)
+    b.record(1, np.ones(6, dtype=bool))
+    assert a.hist.tolist() == b.hist.tolist() and a.lacking(synced).tolist() == b.lacking(synced).tolist()
+    assert a.lacking_mask(0).tolist() == b.lacking_mask(0).tolist() == [True] * 6
+    for ledger in (a, b):  # a sparse round after the dense one
+        ledger.record(2, np.array([3, 4]))
+    assert a.last_change().tolist() == b.last_change().tolist() == [1, 1, 1, 2, 2, 1]
+    assert a.hist.tolist() == b.hist.tolist() and a.lacking(synced).tolist() == b.lacking(synced).tolist()

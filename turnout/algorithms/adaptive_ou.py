@@ -219,8 +219,7 @@ class AdaptiveOU(Algorithm):
         self.full_uploads += sent
         self.nacks += int(nack.sum())
         self.last_metrics = {"ou_threshold": self.threshold, "n_full_uploads": sent, "n_nack": int(nack.sum())}
-        return self.stepped(global_params, cfg.server_lr_at(round) * update,
-                            dense=cfg.strategy == "ou" and bool(nack.any()))  # the OU estimate: memory
+        return global_params + cfg.server_lr_at(round) * update
 
     def round_metrics(self) -> dict[str, object]:
         """Extra columns for the round's row: threshold, full uploads, NACKs."""

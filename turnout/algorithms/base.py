@@ -75,10 +75,12 @@ class Algorithm(Stateful, Deployable, ABC):
     #: what a client's upload is (:class:`~turnout.core.capabilities.UploadKind`), so config validation can
     #: refuse a compressor that would break it (a compressor lists the kinds it ``accepts``).
     update_kind: UploadKind = UploadKind.MODEL_DELTA
-    #: the support :meth:`stepped` records for the engine, read once right after :meth:`aggregate`
-    scratch_attrs = ("_step_support",)
     #: rules that recover gradients from the SGD end point need plain local SGD; validation enforces it.
     requires_plain_sgd: bool = False
+    #: the rule changes only some coordinates *by construction* (a structural mask, never trained values), so the
+    #: download ledger counts the coordinates whose value changed; otherwise a step that moves the model counts
+    #: as changing every coordinate, as a server broadcasting its model sends (docs/determinism.md)
+    sparse_steps: bool = False
     #: why the rule's wire traffic depends on update values (Adaptive-OU's NACKs); empty: it runs in the
     #: system-only mode (``--no-train``), where every aggregation is taken to change every coordinate
     needs_training: str = ""
@@ -137,38 +139,7 @@ class Algorithm(Stateful, Deployable, ABC):
     # ---- server rule ------------------------------------------------------------------------
     @abstractmethod
     def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
-        """The next global model from this round's reports (which may be empty).
-
-        A rule of the form ``x + s`` returns :meth:`stepped` (and one that sets the model outright in float64,
-        :meth:`moved_to`), so the download ledger counts the coordinates the step touched.
-        """
-
-    def stepped(self, global_params: torch.Tensor, step: torch.Tensor, *, dense: bool = False) -> torch.Tensor:
-        """``global_params + step``, remembering which coordinates this round changes for the download ledger.
-
-        Whether ``x + s`` rounds back to ``x`` hinges on the last digit of ``s``, which another CPU's kernels may
-        give otherwise; the support of ``s`` (where the step is non-zero) does not, for a step made from this
-        round's reports: it is zero only where every report is. A rule that keeps server memory (momentum,
-        stored updates, control variates) passes ``dense=True``: its memory can cancel to an exact zero in one
-        summation order and not in another, so its step counts as touching every coordinate whenever it moves the
-        model at all, which is what a server broadcasting its whole model sends (docs/determinism.md).
-        """
-        support = step != 0
-        self._step_support = torch.full_like(support, bool(support.any())) if dense else support
-        return global_params + step
-
-    def moved_to(self, global_params: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """``target`` (computed in a wider dtype from server memory) cast to the model's; like :meth:`stepped`
-        with ``dense=True``, a round that moves the model at all counts as changing every coordinate."""
-        moved = target != global_params.to(target.dtype)
-        self._step_support = torch.full_like(moved, bool(moved.any()))
-        return target.to(global_params.dtype)
-
-    def take_step_support(self) -> torch.Tensor | None:
-        """The support :meth:`stepped` or :meth:`moved_to` recorded in this round's :meth:`aggregate`, once (None:
-        the rule did not say, and the engine counts the coordinates whose value changed)."""
-        support, self._step_support = getattr(self, "_step_support", None), None
-        return support
+        """The next global model from this round's reports (which may be empty)."""
 
     def eval_params(self, global_params: torch.Tensor) -> torch.Tensor:
         """The model that is evaluated (FedAWE evaluates the clients' average). Default: the global model."""

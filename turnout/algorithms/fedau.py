@@ -83,5 +83,5 @@ class FedAU(Algorithm):
         if len(clients) == 0:
             return global_params
         w = torch.as_tensor(omega / self.num_clients, dtype=reports.updates.dtype)
-        return self.stepped(global_params, self.cfg.server_lr_at(round) * (w @ reports.updates))
+        return global_params + self.cfg.server_lr_at(round) * (w @ reports.updates)
 

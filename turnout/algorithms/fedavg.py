@@ -58,4 +58,4 @@ class FedAvg(Algorithm):
             self.momentum_buf = (update if self.momentum_buf is None
                                  else self.cfg.server_momentum * self.momentum_buf + update)
             update = self.momentum_buf
-        return self.stepped(global_params, self.cfg.server_lr_at(round) * update, dense=bool(self.cfg.server_momentum))
+        return global_params + self.cfg.server_lr_at(round) * update

@@ -110,7 +110,7 @@ copies' mean."""
             if norm > self.cfg.clip:
                 echoed = echoed * (self.cfg.clip / norm)
         self.pending = clients
-        return self.moved_to(global_params, base + self.cfg.server_lr_at(round) * echoed)
+        return (base + self.cfg.server_lr_at(round) * echoed).to(global_params.dtype)
 
     # ---- evaluation -----------------------------------------------------------------------------
     def eval_params(self, global_params: torch.Tensor) -> torch.Tensor:

@@ -129,8 +129,7 @@ class _SUM(Algorithm):
         gamma = self.gamma() if step else 0.0
         self.gammas.append(gamma)
         self.after_step(round, global_params)
-        # x + (−γy) is x − γy bit for bit; y is memory (merged client states), hence dense
-        return self.stepped(global_params, -(gamma * self.y), dense=True) if step else global_params.clone()
+        return global_params - gamma * self.y if step else global_params.clone()
 
     def after_step(self, round: int, global_params: torch.Tensor) -> None:
         """Variant-specific bookkeeping once the round's step is known (a hook of this family: FedSUM-CR)."""

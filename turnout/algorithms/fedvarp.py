@@ -51,5 +51,5 @@ class FedVARP(Algorithm):
         before = self.memory.sum / self.num_clients  # the memory's mean before this round's reports
         corr = self.memory.replace(reports.clients, reports.updates)
         d = before + corr / len(reports)
-        return self.stepped(global_params, self.cfg.server_lr_at(round) * d.to(global_params.dtype), dense=True)
+        return global_params + self.cfg.server_lr_at(round) * d.to(global_params.dtype)
 

@@ -49,5 +49,5 @@ class MIFA(Algorithm):
         if len(reports):
             self.memory.replace(reports.clients, reports.updates)
         d = (self.memory.sum / self.num_clients).to(global_params.dtype)
-        return self.stepped(global_params, self.cfg.server_lr_at(round) * d, dense=True)
+        return global_params + self.cfg.server_lr_at(round) * d
 

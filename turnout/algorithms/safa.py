@@ -99,8 +99,7 @@ client models."""
     def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
         cfg = self.cfg
         if cfg.aggregation == "fedavg":
-            mean = reports.weighted_mean().to(global_params.dtype)
-            return self.stepped(global_params, cfg.server_lr_at(round) * mean)
+            return global_params + cfg.server_lr_at(round) * reports.weighted_mean().to(global_params.dtype)
         if self.x0 is None:
             self.x0 = global_params.detach().clone()
             self.cache_sum = self.x0.double() * float(self.p.sum())
@@ -126,7 +125,7 @@ client models."""
             models = base + reports.updates[torch.from_numpy(idx)].to(base.dtype)
             self._replace(reports.clients[idx], models, origins)
         target = (self.cache_sum / float(self.p.sum())).to(global_params.dtype)
-        return self.stepped(global_params, cfg.server_lr_at(round) * (target - global_params), dense=True)
+        return global_params + cfg.server_lr_at(round) * (target - global_params)
 
     def round_metrics(self) -> dict[str, object]:
         """Extra row columns: cache entries force-synced this round."""

@@ -119,7 +119,7 @@ class Scaffold(Algorithm):
             dy, dc = -k_eta * (u + c), u
         step = Reports(reports.clients, dy, reports.weights, reports.normalize, reports.n_samples, reports.losses,
                        reports.staleness).weighted_mean()
-        new = self.stepped(global_params, self.cfg.server_lr_at(round) * step, dense=True)
+        new = global_params + self.cfg.server_lr_at(round) * step
         self.store.put(SLOT, reports.clients, self.store.get(SLOT, reports.clients) + dc)
         self.c = self.c + dc.sum(0).double() / self.num_clients
         return new

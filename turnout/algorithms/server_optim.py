@@ -98,7 +98,7 @@ class _AdaptiveServer(Algorithm):
     def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
         if len(reports) == 0:
             return global_params
-        return self.stepped(global_params, self.opt.step(round, reports.weighted_mean()), dense=True)  # moments
+        return global_params + self.opt.step(round, reports.weighted_mean())
 
 @ALGORITHMS.register("fedadam")
 class FedAdam(_AdaptiveServer):

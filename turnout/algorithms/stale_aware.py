@@ -251,8 +251,8 @@ class StaleAware(Algorithm):
         if cfg.combine == "models":
             agg = agg - (global_params if reports.normalize else float(w.sum()) * global_params)
         if self.opt is not None:
-            return self.stepped(global_params, self.opt.step(round, agg), dense=True)
-        return self.stepped(global_params, cfg.server_lr_at(round) * agg, dense=cfg.combine == "models")  # old bases
+            return global_params + self.opt.step(round, agg)
+        return global_params + cfg.server_lr_at(round) * agg
 
     def round_metrics(self) -> dict[str, object]:
         """Extra row columns: mean staleness factor of the stale reports."""

@@ -83,8 +83,9 @@ class Compressor(Stateful, Deployable, ABC):
         return update
 
     def sent_support(self, sent: torch.Tensor) -> torch.Tensor | None:
-        """Which coordinates the :meth:`server_update` that returned ``sent`` let through (None: the step went on
-        whole, and the algorithm's step decides what changed). The download ledger counts them."""
+        """Which coordinates the server's step ``sent`` (what :meth:`server_update` returned) carries, for a
+        compressor that sparsifies uploads or the step; None: a dense step, which changes every coordinate when
+        it moves the model at all. The download ledger counts these (docs/determinism.md)."""
         return None
 
     def device_state(self, round: int) -> dict[str, torch.Tensor]:

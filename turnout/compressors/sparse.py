@@ -321,7 +321,7 @@ class SparsifierBase(Compressor):
         return sent.to(update.dtype)
 
     def sent_support(self, sent: torch.Tensor) -> torch.Tensor | None:
-        return sent != 0 if self.server_ratio is not None else None  # the server's top-k keeps its support
+        return sent != 0  # sparse uploads (and the server's top-k, where set) make a sparse step
 
     # ---- downloads ---------------------------------------------------------------------------
     def mask_broadcast_bytes(self) -> int:

@@ -25,6 +25,7 @@ import torch
 
 from ..algorithms.base import Algorithm
 from ..core.records import ClientBatch, CohortResult, HeldReports, Reports, RoundClose
+from ..world.ledger import CoordinateLedger
 from ..world.wire import WirePricer
 from .phases import Opened, Settled, Trained
 
@@ -113,10 +114,10 @@ class TrainedWork(Work):
     def aggregate(self, sim: Simulation, r: int, reports: Reports, trained: Trained, settled: Settled) -> int:
         old = sim.params
         new = sim.algorithm.aggregate(r, old, reports)
-        stepped = sim.algorithm.take_step_support()
         sent = sim.compressor.server_update(r, new - old)
         new = old + sent
-        changed = sim.ledger.record(r, changed_support(new, old, stepped, sim.compressor.sent_support(sent)))
+        changed = record_step(sim.ledger, r, new, old, sim.compressor.sent_support(sent),
+                              by_value=sim.algorithm.sparse_steps)
         sim.global_model.params = new
         agg = settled.aggregated
         if agg.any() and sim.buffers:
@@ -125,19 +126,23 @@ class TrainedWork(Work):
         return changed
 
 
-def changed_support(new: torch.Tensor, old: torch.Tensor, stepped: torch.Tensor | None,
-                    sent: torch.Tensor | None) -> np.ndarray:
-    """Which coordinates a round changed, as the download ledger counts them.
+def record_step(ledger: CoordinateLedger, r: int, new: torch.Tensor, old: torch.Tensor, sent: torch.Tensor | None,
+                by_value: bool = False) -> int:
+    """Record in ``ledger`` which coordinates round ``r`` changed; returns how many.
 
-    The support of the step the algorithm took (:meth:`Algorithm.stepped`), cut to what the compressor sent;
-    a rule that does not say is counted by which values changed. Never by whether ``x + s`` rounded back to
-    ``x``: that hinges on the last digit of ``s``, which another CPU's kernels may give otherwise, and would
-    make a dense run's bytes down differ between machines (docs/determinism.md).
+    A dense server step changes every coordinate in a round that moves the model at all, which is what a
+    server broadcasting its model sends and what ``--no-train`` prices; a compressor that sparsifies (top-k,
+    GlueFL, APF's frozen set, a quantised downlink) changes what its step carries (``sent``, a bool mask); a
+    rule whose steps are sparse by construction (``Algorithm.sparse_steps``, ``by_value``) the coordinates
+    whose value changed. Not "which values differ" for a trained dense step: whether ``x + s`` rounds back to
+    ``x``, or whether a ReLU let a gradient through, hinges on a last digit that another CPU's kernels give
+    otherwise, and made dense runs' bytes down differ between machines (docs/determinism.md).
     """
-    changed = stepped if stepped is not None else new != old
     if sent is not None:
-        changed = changed & sent
-    return changed.cpu().numpy()
+        return ledger.record(r, sent.cpu().numpy())
+    if by_value:
+        return ledger.record(r, (new != old).cpu().numpy())
+    return ledger.record_all(r) if not torch.equal(new, old) else 0
 
 
 def report_device(sim: Simulation) -> tuple[torch.device | None, str]:

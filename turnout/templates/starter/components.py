@@ -82,4 +82,4 @@ class ClippedMean(Algorithm):
         weights = torch.as_tensor(reports.weights, dtype=reports.updates.dtype)
         if reports.normalize:  # relative weights: divide by the sum over the reports that arrived
             weights = weights / weights.sum()
-        return self.stepped(global_params, self.cfg.server_lr * (weights @ (reports.updates * scale)))
+        return global_params + self.cfg.server_lr * (weights @ (reports.updates * scale))
