@@ -10,6 +10,12 @@ about 0.1 s when its vmapped steps take a few ms each (docs/gpu.md).
 
     python bench/profile_round.py bench/pfl_cifar.yaml --rounds 20
     python bench/profile_round.py bench/pfl_cifar.yaml --set runtime.device=cpu --set executor.compile=false
+
+The aggregate phase is also printed beside its floor, ``weights @ updates`` over the same cohort's reports timed in
+the same process (the one product a FedAvg aggregation cannot avoid); on a CPU, without the cost of training:
+
+    python bench/profile_round.py bench/pfl_cifar.yaml --set runtime.device=cpu --set "executor={name: sequential}" \
+        --set train.local_steps=1 --set train.batch_size=2 --warmup 2 --rounds 10 --top 5
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import time
 from collections import defaultdict
 
 import torch
+from executors import machine  # bench/executors.py: the machine line every bench prints
 
 from turnout.runs.experiment import prepare
 from turnout.sim.composition import load_experiment
@@ -75,6 +82,7 @@ def main() -> None:
     data = prepare([exp]).dataset_for(exp, exp.config.seeds[0])
     sim = Simulation(exp, data, exp.config.seeds[0])
     device = sim.trainer.device
+    print(f"machine: {machine()}")
     print(f"profile of {args.config} {' '.join(args.set)} | device {device}"
           + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
           + f" | torch {torch.__version__} | parameters {sim.model.dim:,}")
