@@ -19,6 +19,7 @@ held out before partitioning; each client keeps ``client_test_fraction`` of its 
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -39,6 +40,18 @@ from .registry import DATASETS, PARTITIONERS
 
 #: Bytes per row besides the input: labels, ids, the partition's index arrays and where each row goes.
 ROW_OVERHEAD = 96
+
+
+
+#: a Hugging Face repository id: an optional namespace and a name, each of letters, digits, '-', '_' and '.'
+_HUB_PART = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?$")
+
+
+def is_hub_id(text: str) -> bool:
+    """Whether ``text`` is a hub repository id (``flwrlabs/femnist``, ``mnist``), checked before anything is opened,
+    so a path (``../../etc/passwd``) is never read as one."""
+    parts = text.split("/")
+    return 1 <= len(parts) <= 2 and all(_HUB_PART.match(p) and ".." not in p and "--" not in p for p in parts)
 
 
 class Normalization(StrictModel):
@@ -120,6 +133,10 @@ class HuggingFaceDataset:
         def _where(self):
             if (self.hub_id is None) == (self.path is None):
                 raise ConfigError("path", self.path, "give exactly one of path (a local folder) and hub_id")
+            if self.hub_id is not None and not is_hub_id(self.hub_id):
+                raise ConfigError("hub_id", self.hub_id, "a hub id is namespace/name (letters, digits, '-', "
+                                                         "'_', '.'), e.g. flwrlabs/femnist; a local folder goes "
+                                                         "in data.path")
             if self.partition.get("name") == "natural" and self.partition.get("by") is None:
                 raise ConfigError("partition.by", None, "required: the column holding the client id (writer, "
                                                         "speaker), or set data.client_id")
