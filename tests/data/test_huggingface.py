@@ -262,3 +262,41 @@ def test_an_audio_column_is_refused_with_one_line(tmp_path):
         validate_component(DATASETS, {"name": "huggingface", "path": str(tmp_path / "speech"), "input": "audio"},
                            "data")
     assert str(exc.value).startswith("data.input = 'audio': is an audio column; audio is not supported")
+
+
+def test_a_split_without_rows_null_ids_and_image_ids_are_refused_in_one_line(stored, tmp_path):
+    """Odd data a user may hold: each is refused naming the key, never an unexpected error (run through the CLI)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(stored["root"] / "pq" / "data" / "train-00000-of-00001.parquet")
+    empty = tmp_path / "empty" / "data"
+    empty.mkdir(parents=True)
+    pq.write_table(table.slice(0, 0), empty / "train-00000-of-00001.parquet")
+    nulls = tmp_path / "nulls" / "data"
+    nulls.mkdir(parents=True)
+    writers = table.column("writer_id").to_pylist()
+    writers[3] = writers[7] = None
+    pq.write_table(table.set_column(table.schema.get_field_index("writer_id"), "writer_id",
+                                    pa.array(writers, pa.string())), nulls / "train-00000-of-00001.parquet")
+    cases = [
+        ({"path": str(tmp_path / "empty")}, "data.split = 'train': ", "the split has no rows"),
+        ({"path": str(tmp_path / "nulls"), "client_id": "writer_id"}, "data.client_id = 'writer_id': ",
+         "2 of 126 rows have no value (null)"),
+        ({"path": str(stored["root"] / "pq"), "partition": {"name": "natural", "by": "image"}},
+         "data.partition.by = 'image': ", "not ids (integers or strings)"),
+    ]
+    for data, key, needle in cases:
+        cfg = tmp_path / "exp.yaml"
+        cfg.write_text(yaml.safe_dump({"name": "odd", "rounds": 1, "data": {"name": "huggingface", **data},
+                                       "model": {"name": "logreg"}, "output": {"progress": False}}))
+        out = tmp_path / f"run{len(key)}"
+        import contextlib
+        import io
+
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            rc = main(["run", str(cfg), "--quiet", "--out", str(out)])
+        lines = err.getvalue().strip().splitlines()
+        assert rc == 2 and len(lines) == 1 and key in lines[0] and needle in lines[0], (data, err.getvalue())
+        assert not out.exists()

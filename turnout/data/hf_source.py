@@ -146,7 +146,16 @@ def _split_files(folder: Path, split: str) -> list[Path]:
 
 def open_split(path: str | None, hub_id: str | None, split: str, subset: str | None = None,
                cache_dir: str | None = None, key: str = "split") -> Split:
-    """The split ``split`` of a local dataset folder or of a hub dataset (through the ``datasets`` cache)."""
+    """The split ``split`` of a local dataset folder or of a hub dataset (through the ``datasets`` cache); a split
+    without rows is refused here, naming the key, before anything reads its first row."""
+    out = _open_split(path, hub_id, split, subset, cache_dir, key)
+    if out.num_rows == 0:
+        raise ConfigError(key, split, f"{out.source}: the split has no rows; choose a split that has some")
+    return out
+
+
+def _open_split(path: str | None, hub_id: str | None, split: str, subset: str | None, cache_dir: str | None,
+                key: str) -> Split:
     import datasets
 
     if hub_id is not None:

@@ -210,9 +210,13 @@ class HuggingFaceDataset:
         # Pass 1: the small columns decide which rows are used, and where each goes.
         rows = _subset(split.num_rows, cfg.limit_train, data_seed, "limit-train")
         test_rows = None if test is None else _subset(test.num_rows, cfg.limit_test, data_seed, "limit-test")
-        labels = encode_labels(split.features[cfg.label], split.column(cfg.label),
-                               None if test is None else test.column(cfg.label), conv.kind == "text",
-                               cfg.num_classes, cfg.label)
+        label_columns = [split.column(cfg.label), None if test is None else test.column(cfg.label)]
+        for col in label_columns:
+            if col is not None and col.null_count:
+                raise ConfigError("label", cfg.label, f"{col.null_count} of {len(col)} rows have no label (null); "
+                                                      "drop or fill them before the data is used")
+        labels = encode_labels(split.features[cfg.label], *label_columns, conv.kind == "text", cfg.num_classes,
+                               cfg.label)
         y_all = labels.train
         if test is None:
             held = server_test_mask(len(rows), cfg.test_fraction, data_seed)
@@ -225,7 +229,8 @@ class HuggingFaceDataset:
         for c in cfg.columns_needed():
             if c not in split.features:
                 raise ConfigError("partition.by", c, f"no such column in {split.source}")
-            columns[c] = y_all[pool] if c == cfg.label else _plain(split.column(c))[pool]
+            key = "client_id" if c == cfg.client_id else "partition.by"
+            columns[c] = y_all[pool] if c == cfg.label else id_column(split, key, c)[pool]
         tr, te, n_train, n_test = split_rows(y_all[pool], cfg, seed, columns)
         if len(n_train) == 0:
             raise DataError(f"{split.source}: the partition made no clients")
@@ -296,6 +301,24 @@ def _subset(n: int, limit: int | None, seed: int, purpose: str) -> np.ndarray:
     if limit is None or limit >= n:
         return np.arange(n, dtype=np.int64)
     return np.sort(rngmod.stream(seed, purpose).choice(n, size=limit, replace=False)).astype(np.int64)
+
+
+def id_column(split, key: str, name: str) -> np.ndarray:
+    """Column ``name`` of ``split`` as client ids or labels (:func:`_plain`), refused in one line naming ``key``
+    when it cannot be: values that are not integers or strings (an image, a list, a float), or missing ones."""
+    import pyarrow as pa
+
+    col = split.column(name)
+    t = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+    if not (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)):
+        raise ConfigError(key, name, f"the column holds {t} values, not ids (integers or strings); name a column "
+                                     "of writer/speaker ids or class labels")
+    if col.null_count:
+        raise ConfigError(key, name, f"{col.null_count} of {len(col)} rows have no value (null); drop or fill "
+                                     "them before the data is used")
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(t)
+    return _plain(col)
 
 
 def _plain(arr) -> np.ndarray:
