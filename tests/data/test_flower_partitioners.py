@@ -109,6 +109,11 @@ def test_flower_partitioner_on_a_pooled_dataset_uses_the_labels():
      "data.partition.options.num_partitions = 4: is set by data.num_clients"),
     ({"partitioner": "IidPartitioner", "options": {"alpah": 4}},
      "data.partition.options.alpah = 4: IidPartitioner takes no such argument"),
+    # Flower's own argument checks, at validation, as one line naming the option
+    ({"partitioner": "DirichletPartitioner", "options": {"partition_by": "label", "alpha": "lots"}},
+     "data.partition.options.alpha = 'lots': DirichletPartitioner: The given alpha format is not supported"),
+    ({"partitioner": "DirichletPartitioner", "options": {"partition_by": "label", "alpha": 0.0}},
+     "data.partition.options.alpha = 0.0: DirichletPartitioner: Alpha values should be strictly greater than zero"),
 ])
 def test_bad_flower_blocks_are_refused_with_one_line(block, needle):
     with pytest.raises(ConfigError) as exc:
@@ -126,3 +131,20 @@ def test_without_flwr_datasets_the_partition_is_refused_naming_the_extra(monkeyp
         expand({"data": {"name": "digits", "partition": {"name": "flower", "partitioner": "IidPartitioner"}}}, None)
     assert str(exc.value).startswith("data.partition.name = 'flower': needs Flower Datasets (flwr-datasets)")
     assert "turnout[flower-datasets]" in str(exc.value)
+
+
+def test_a_minimum_size_flower_cannot_meet_is_one_line_naming_it():
+    """Flower retries its Dirichlet draw, warning each time, then gives up: one line, no warnings, nothing written."""
+    variants = expand({"name": "f", "rounds": 1, "data": {
+        "name": "digits", "num_clients": 10,
+        "partition": {"name": "flower", "partitioner": "DirichletPartitioner",
+                      "options": {"partition_by": "label", "alpha": 0.5, "min_partition_size": 1000}}}}, None)
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(ConfigError) as exc:
+        warnings.simplefilter("always")
+        prepare(variants).dataset_for(variants[0], 0)
+    message = str(exc.value)
+    assert message.startswith("data.partition.options.min_partition_size = 1000: DirichletPartitioner: no draw gave "
+                              "every client this many rows") and "\n" not in message
+    assert not [w for w in caught if "min_partition_size" in str(w.message)]  # Flower's ten retry warnings

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import warnings
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,29 @@ def _partitioner_class(name: str):
     return cls
 
 
+def flower_refusal(exc: Exception, options: dict, partitioner: str, prefix: str) -> ConfigError:
+    """Flower's own refusal as one line naming the option it is about (``prefix.KEY``, else ``prefix``)."""
+    text = " ".join(str(exc).split())
+    text = text if len(text) <= 300 else text[:297] + "..."
+    options = {k: v for k, v in options.items() if k not in ("num_partitions", "seed") or k in str(exc)}
+    if "attempts" in text and "min_partition_size" in options:  # Dirichlet: no draw met the minimum size
+        return ConfigError(f"{prefix}.min_partition_size", options["min_partition_size"],
+                           f"{partitioner}: no draw gave every client this many rows ({text}); lower it or raise "
+                           "alpha")
+    key = next((k for k in options if k.lower() in str(exc).lower()), None)
+    if key is None:
+        return ConfigError(prefix, options, f"{partitioner}: {text}")
+    return ConfigError(f"{prefix}.{key}", options[key], f"{partitioner}: {text}")
+
+
+def build(cls, kwargs: dict, partitioner: str, prefix: str):
+    """``cls(**kwargs)``, its argument checks (ValueError, TypeError) refused as one line (:func:`flower_refusal`)."""
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as exc:
+        raise flower_refusal(exc, kwargs, partitioner, prefix) from None
+
+
 @PARTITIONERS.register("flower")
 class FlowerPartitioner:
     """A Flower Datasets partitioner by class name (DirichletPartitioner, IidPartitioner, …); needs flwr-datasets."""
@@ -76,6 +100,8 @@ class FlowerPartitioner:
                        and p != "num_partitions" and p not in self.options]
             if missing:
                 raise ConfigError(f"options.{missing[0]}", None, f"{self.partitioner} needs it")
+            trial = {**self.options, **({"num_partitions": 2} if "num_partitions" in params else {})}
+            build(cls, trial, self.partitioner, "options")  # the class's own argument checks, now
             return self
 
     @classmethod
@@ -115,14 +141,16 @@ class FlowerPartitioner:
             else:
                 raise ConfigError("partition.options.partition_by", by, "names no column of this dataset")
             data[by] = values.tolist() if values.dtype == object else values
-        flower = _partitioner_class(cfg.partitioner)(**cls.kwargs(cfg, num_clients, rng))
+        flower = build(_partitioner_class(cfg.partitioner), cls.kwargs(cfg, num_clients, rng), cfg.partitioner,
+                       "partition.options")
         flower.dataset = datasets.Dataset.from_dict(data)
         out = np.full(len(labels), -1, dtype=np.int64)
         try:
-            for i in range(flower.num_partitions):
-                rows = np.asarray(flower.load_partition(i)[_ROW], dtype=np.int64)
-                out[rows] = i
-        except ValueError as exc:  # Flower's own refusals (e.g. no Dirichlet draw met min_partition_size)
-            raise ConfigError("partition.options", cfg.options,
-                              f"{cfg.partitioner}: {str(exc).splitlines()[0]}") from None
+            with warnings.catch_warnings():  # its retries warn once a draw; the refusal below says it once
+                warnings.filterwarnings("ignore", category=UserWarning, module="flwr_datasets")
+                for i in range(flower.num_partitions):
+                    rows = np.asarray(flower.load_partition(i)[_ROW], dtype=np.int64)
+                    out[rows] = i
+        except (ValueError, TypeError) as exc:  # Flower's own refusals (no Dirichlet draw met min_partition_size)
+            raise flower_refusal(exc, cfg.options, cfg.partitioner, "partition.options") from None
         return out
