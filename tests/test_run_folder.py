@@ -130,3 +130,36 @@ def test_list_seam_shows_component_options(capsys):
     assert main(["list", "compressor.nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nope" in err[0] and "gluefl" in err[0]
+
+
+def test_the_bytes_axis_reads_in_decimal_units():
+    """A bytes axis says MB or GB, as the tables print them, instead of matplotlib's bare 1e7 offset."""
+    from types import SimpleNamespace
+
+    import matplotlib.axes
+
+    from turnout.recorders import plots
+
+    assert plots.byte_unit(3.66e6) == (1e6, "MB") and plots.byte_unit(2.9e10) == (1e9, "GB")
+    assert plots.byte_unit(512) == (1.0, "B") and plots.byte_unit(0) == (1.0, "B")
+    rows = [{"round": r, "cum_bytes_down": 4.0e7 * (r + 1), "sim_time_s": 10.0 * r, "accuracy": 0.1 * r}
+            for r in range(5)]
+    seen = {}
+    real = matplotlib.axes.Axes.set_xlabel
+
+    def spy(self, label, *a, **k):
+        seen.setdefault("labels", []).append(label)
+        seen.setdefault("xmax", []).append(max(line.get_xdata().max() for line in self.get_lines()))
+        return real(self, label, *a, **k)
+
+    matplotlib.axes.Axes.set_xlabel = spy
+    try:
+        import tempfile
+        from pathlib import Path
+
+        with tempfile.TemporaryDirectory() as tmp:
+            plots.plot_accuracy([SimpleNamespace(variant="v", rounds=rows)], Path(tmp), "t")
+    finally:
+        matplotlib.axes.Axes.set_xlabel = real
+    i = seen["labels"].index("cumulative bytes downloaded (MB)")
+    assert seen["xmax"][i] == 200.0  # 2e8 bytes drawn as 200 MB

@@ -15,6 +15,13 @@ from ..world.context import WorldContext
 AXES = (("round", "round", "accuracy_vs_round.png"),
         ("cum_bytes_down", "cumulative bytes downloaded", "accuracy_vs_bytes_down.png"),
         ("sim_time_s", "simulated time (s)", "accuracy_vs_sim_time.png"))
+#: decimal byte units, as the tables print them (MB = 1e6 bytes)
+BYTE_UNITS = ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1.0, "B"))
+
+
+def byte_unit(largest: float) -> tuple[float, str]:
+    """The unit an axis of byte counts up to ``largest`` reads best in: its divisor and name (never a bare 1e7)."""
+    return next(((div, name) for div, name in BYTE_UNITS if largest >= div), (1.0, "B"))
 
 
 def plot_accuracy(results: list, folder: Path, title: str) -> list[Path]:
@@ -29,9 +36,13 @@ def plot_accuracy(results: list, folder: Path, title: str) -> list[Path]:
     written = []
     for key, label, fname in AXES:
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        scale = 1.0
+        if key.startswith("cum_bytes"):
+            scale, unit = byte_unit(max((row[key] for r in results for row in r.rounds), default=0.0))
+            label = f"{label} ({unit})"
         for vi, variant in enumerate(variants):
             for si, res in enumerate(r for r in results if r.variant == variant):
-                x = np.array([row[key] for row in res.rounds], dtype=float)
+                x = np.array([row[key] for row in res.rounds], dtype=float) / scale
                 y = np.array([row["accuracy"] for row in res.rounds], dtype=float)
                 ok = ~np.isnan(y)
                 if key == "round":
