@@ -300,3 +300,23 @@ def test_a_split_without_rows_null_ids_and_image_ids_are_refused_in_one_line(sto
         lines = err.getvalue().strip().splitlines()
         assert rc == 2 and len(lines) == 1 and key in lines[0] and needle in lines[0], (data, err.getvalue())
         assert not out.exists()
+
+
+def test_an_option_that_cannot_apply_and_an_all_nan_input_are_refused(stored, tmp_path):
+    """input_shape on an image column is refused (never silently ignored); a feature column that is entirely NaN
+    does not train without a word."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with pytest.raises(ConfigError) as exc:
+        build(path=str(stored["root"] / "dict"), test_split="test", input_shape=[3, 32, 32])
+    assert str(exc.value).startswith("data.input_shape = [3, 32, 32]: reshapes array columns only; 'image' holds "
+                                     "images of shape [1, 28, 28]")
+    folder = tmp_path / "nan" / "data"
+    folder.mkdir(parents=True)
+    n = 40
+    pq.write_table(pa.table({"x": pa.array([[float("nan")] * 4] * n, pa.list_(pa.float32())),
+                             "label": pa.array(np.arange(n) % 2, pa.int64())}), folder / "train-00000-of-00001.parquet")
+    with pytest.raises(ConfigError) as exc:
+        build(model="logreg", path=str(tmp_path / "nan"), input="x", num_clients=2, num_classes=2)
+    assert str(exc.value).startswith("data.input = 'x': has no finite value") and "\n" not in str(exc.value)

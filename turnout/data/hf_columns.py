@@ -154,8 +154,16 @@ def make_converter(split, column: str, kind: str, *, channels: int | None, seq_l
         img = _decode(__import__("datasets").Image(), first.to_pylist()[0], column)
         mode = {1: "L", 3: "RGB"}[channels] if channels else ("L" if img.mode in ("L", "1", "I", "I;16") else "RGB")
         w, h = img.size
-        return Converter(column, "image", (1 if mode == "L" else 3, h, w), np.dtype(np.uint8), mode=mode)
+        shape = (1 if mode == "L" else 3, h, w)
+        if input_shape is not None and tuple(input_shape) != shape:
+            raise ConfigError("input_shape", list(input_shape), f"reshapes array columns only; {column!r} holds "
+                                                                f"images of shape {list(shape)} (their channels are "
+                                                                "data.channels): leave input_shape out")
+        return Converter(column, "image", shape, np.dtype(np.uint8), mode=mode)
     if found == "text":
+        if input_shape is not None:
+            raise ConfigError("input_shape", list(input_shape), f"reshapes array columns only; {column!r} holds "
+                                                                "text (its length is data.seq_len): leave it out")
         return Converter(column, "text", (seq_len,), np.dtype(np.uint8), seq_len=seq_len)
     values = _leaf_values(first)
     shape = _row_shape(first) or (1,)

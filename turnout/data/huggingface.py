@@ -244,6 +244,9 @@ class HuggingFaceDataset:
             x_server = np.empty((len(server), *conv.shape), conv.dtype)
             targets.append((x_server, server))
         _fill(split, conv, targets)
+        if x_train.dtype.kind == "f" and len(x_train) and not np.isfinite(x_train).any():
+            raise ConfigError("input", cfg.input, "has no finite value in the clients' rows (every value is NaN or "
+                                                  "infinite); name a column of numbers")
         if test is not None:
             x_server = np.empty((len(test_rows), *conv.shape), conv.dtype)
             _fill(test, conv, [(x_server, test_rows)])
