@@ -40,8 +40,10 @@ def _sync(sim: Simulation) -> None:
         torch.cuda.synchronize(sim.trainer.device)
 
 
-def timed_phases(sim: Simulation, times: dict[str, list[float]]) -> None:
-    """Wrap this simulation's phase methods (on the instance only) so each call's wall time is recorded."""
+def timed_phases(sim: Simulation, times: dict[str, list[float]], floor=None) -> None:
+    """Wrap this simulation's phase methods (on the instance only) so each call's wall time is recorded; with
+    ``floor`` (a callable), it is timed right after every aggregate phase too (``times["floor"]``), so the two
+    share whatever else the machine is doing at that moment."""
     for name in PHASES:
         method = getattr(sim, name)
 
@@ -50,24 +52,22 @@ def timed_phases(sim: Simulation, times: dict[str, list[float]]) -> None:
             out = _method(*args, **kwargs)
             _sync(sim)
             times[_name].append(time.perf_counter() - t0)
+            if _name == "_aggregate" and floor is not None:
+                t0 = time.perf_counter()
+                floor()
+                _sync(sim)
+                times["floor"].append(time.perf_counter() - t0)
             return out
         setattr(sim, name, wrapper)
 
 
-def weighted_sum_floor(sim: Simulation, k: int, reps: int = 15) -> float:
-    """Median seconds of the one product a FedAvg aggregation cannot avoid: ``weights @ updates`` over the cohort's
-    ``k`` reports, on the device the reports live on (the floor the aggregate phase is judged against)."""
+def weighted_sum_floor(sim: Simulation, k: int):
+    """The one product a FedAvg aggregation cannot avoid, ``weights @ updates`` over the cohort's ``k`` reports on
+    the device the reports live on, as a callable: the floor the aggregate phase is judged against."""
     device = sim.trainer.device if sim.report_device is not None else torch.device("cpu")
     updates = torch.randn(k, sim.model.dim, device=device)
     w = torch.rand(k, dtype=updates.dtype, device=device)
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        (w / w.sum()) @ updates
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+    return lambda: (w / w.sum()) @ updates
 
 
 def main() -> None:
@@ -91,7 +91,8 @@ def main() -> None:
     _sync(sim)
     print(f"warm-up: {args.warmup} rounds in {time.perf_counter() - t0:.2f} s")
     times: dict[str, list[float]] = defaultdict(list)
-    timed_phases(sim, times)
+    k = sim.selector.target()
+    timed_phases(sim, times, weighted_sum_floor(sim, k))
     t0 = time.perf_counter()
     sim.advance(until=args.warmup + args.rounds)
     _sync(sim)
@@ -103,12 +104,11 @@ def main() -> None:
             print(f"  {name[1:]:<10} {sum(ts) / args.rounds * 1e3:8.2f} ms a round  (median call "
                   f"{statistics.median(ts) * 1e3:.2f} ms, {len(ts)} calls)")
     if times.get("_aggregate"):
-        k = sim.selector.target()
-        floor = weighted_sum_floor(sim, k)
-        agg = statistics.median(times["_aggregate"])
-        print(f"aggregate phase against its floor (median, same process): {agg * 1e3:.2f} ms vs weights @ updates "
-              f"({k} x {sim.model.dim:,}) {floor * 1e3:.2f} ms: "
-              f"{agg / floor:.2f}x")
+        agg, floor = statistics.median(times["_aggregate"]), statistics.median(times["floor"])
+        paired = statistics.median(a / f for a, f in zip(times["_aggregate"], times["floor"]))
+        print(f"aggregate phase against its floor (medians; each floor timed right after its round's phase): "
+              f"{agg * 1e3:.2f} ms vs weights @ updates ({k} x {sim.model.dim:,}) {floor * 1e3:.2f} ms: "
+              f"{agg / floor:.2f}x (median of the per-round ratios {paired:.2f}x)")
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
