@@ -125,11 +125,32 @@ def _compatible(regs, compressor: str, algorithm: str) -> bool:
     return accepts is None or algo.upload_kind(algo.Config()) in accepts
 
 
-def _covering(regs) -> list[tuple[str, ...]]:
-    """Every pair of values of any two of (round mode, selector, compressor, algorithm) in some tuple."""
-    seams = [regs[s].names() for s in ("round_mode", "selector", "compressor", "algorithm")]
-    combos = [t for t in itertools.product(*seams) if _compatible(regs, t[2], t[3])]
-    uncovered = {(i, t[i], j, t[j]) for t in combos for i, j in itertools.combinations(range(4), 2)}
+def _runs(regs, t: tuple[str, ...]) -> bool:
+    """Whether (round mode, selector, compressor, algorithm) is a combination validation accepts."""
+    rm, sel, comp, algo = t
+    if not _compatible(regs, comp, algo):
+        return False
+    if not getattr(regs["round_mode"].get(rm), "asynchronous", False):
+        return True
+    s = regs["selector"].get(sel)
+    return not s.cannot_fill_slots(s.Config(**_block("selector", sel, with_name=False))) \
+        and not regs["algorithm"].get(algo).cohort_bound
+
+
+#: the components of each seam the seam matrix's first covering array was recorded with; components registered
+#: later are covered by a second array (every pair that involves one of them), so that registering a component
+#: adds golden cases and changes none
+MATRIX_RECORDED = {
+    "round_mode": ("deadline", "over_commit", "wait_all"),
+    "selector": ("cyclic", "fedgs", "md", "oort", "power_of_choice", "refl_ips", "reshuffled_cyclic", "safa", "sticky",
+                 "uniform"),
+    "compressor": ("apf", "gluefl", "none", "quant8", "stc", "topk"),
+    "algorithm": ("adaptive_ou", "fedadam", "fedau", "fedavg", "fedawe", "fedprox", "fedsum", "fedsum_b", "fedsum_cr",
+                  "fedvarp", "fedyogi", "mifa", "safa", "scaffold", "stale_aware")}
+MATRIX_SEAMS = ("round_mode", "selector", "compressor", "algorithm")
+
+
+def _greedy(combos: list[tuple[str, ...]], uncovered: set) -> list[tuple[str, ...]]:
     out = []
     while uncovered:
         i, a, j, b = min(uncovered)
@@ -140,11 +161,25 @@ def _covering(regs) -> list[tuple[str, ...]]:
     return out
 
 
-def _block(seam: str, name: str) -> dict:
+def _covering(regs) -> list[tuple[str, ...]]:
+    """Every pair of values of any two of (round mode, selector, compressor, algorithm) in some tuple: first over
+    the components of :data:`MATRIX_RECORDED`, then every pair that involves a component registered since."""
+    pairs = list(itertools.combinations(range(4), 2))
+    old = [MATRIX_RECORDED[s] for s in MATRIX_SEAMS]
+    combos = [t for t in itertools.product(*old) if _compatible(regs, t[2], t[3])]
+    out = _greedy(combos, {(i, t[i], j, t[j]) for t in combos for i, j in pairs})
+    now = [regs[s].names() for s in MATRIX_SEAMS]
+    combos = [t for t in itertools.product(*now) if _runs(regs, t)]
+    new = {(i, t[i], j, t[j]) for t in combos for i, j in pairs if t[i] not in old[i] or t[j] not in old[j]}
+    return out + _greedy(combos, new)
+
+
+def _block(seam: str, name: str, with_name: bool = True) -> dict:
     extra = MATRIX_OPTIONS.get(seam, {}).get(name, {})
+    head = {"name": name} if with_name else {}
     if seam == "selector":
-        return {"name": name, "clients_per_round": K, **extra}
-    return {"name": name, **extra}
+        return {**head, "clients_per_round": K, **extra}
+    return {**head, **extra}
 
 
 #: experiment folders whose files need downloaded data (and a GPU): validated by `turnout check`, never run here

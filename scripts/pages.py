@@ -113,6 +113,11 @@ DL = "round_mode={name: deadline, deadline_s: 60}"
 GLUEFL_METRICS = ("bytes_down_to_target", "bytes_up_to_target", "download_time_to_target_s", "sim_time_to_target_s",
                   "rounds_to_target", "final_accuracy")
 
+#: the async page's variants: FedAsync runs 2,000 updates (one per arrival), the others 200 rounds of 10 reports
+ASYNC_ONE_AT_A_TIME = ("FedAsync (C=20)", "FedAsync (C=50)")
+ASYNC_BATCHED = ("FedAvg (wait all)", "FedAvg (deadline 60 s)", "SAFA", "REFL (IPS + SAA, deadline 60 s)",
+                 "FedBuff (C=20)", "FedBuff (C=50)")
+
 PAGES: dict[str, Page] = {
     "fedgs": Page(
         "FedGS Table 2 (Synthetic(0.5, 0.5)) at laptop scale",
@@ -179,6 +184,14 @@ PAGES: dict[str, Page] = {
         "GlueFL Figs. 6-8 sensitivities (S, C, q_shr; unbiased weights, K = 30) at laptop scale",
         (Setting("Figs. 6-8", "experiments/gluefl/sensitivity.yaml"),), GLUEFL_METRICS, Slice("Figs. 6-8", 2),
         curve="accuracy", curve_x=("round", "cum_bytes_down")),
+    "async": Page(
+        "Asynchronous FL (FedAsync, FedBuff) against synchronous FedAvg, SAFA and REFL on REFL's world",
+        (Setting("sync + FedBuff", "experiments/async/refl_world.yaml", skip=ASYNC_ONE_AT_A_TIME),
+         Setting("FedAsync", "experiments/async/refl_world.yaml", ("rounds=2000", "eval.every=100"),
+                 skip=ASYNC_BATCHED)),
+        ("final_accuracy", "sim_time_to_target_s", "sim_time_s", "reports_aggregated", "staleness_mean",
+         "bytes_up", "bytes_down", "resource_s", "wasted_s"),
+        Slice("sync + FedBuff", 3), curve="accuracy", curve_x=("sim_time_s", "cum_resource_s")),
 }
 
 

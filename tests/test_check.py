@@ -61,6 +61,29 @@ def test_check_refuses_a_bad_config_with_one_line(tmp_path, tiny, capsys):
     assert err.startswith("turnout: error: selector.clients_per_rnd = 3: unknown key; allowed keys: ")
 
 
+@pytest.mark.parametrize("sets, line", [
+    (["selector.name=md"], "selector.name = 'md': chooses a whole cohort of 10 at once, but asynchronous rounds refill "
+                           "the slots freed by arrivals; use one of: fedgs, oort, power_of_choice, refl_ips, uniform"),
+    (["selector={name: refl_ips, clients_per_round: 4, apt: paper}"],
+     "selector.apt"),
+    (["algorithm.name=scaffold"], "algorithm.name = 'scaffold': inverts each report with the lr and local steps of "
+                                  "the round's own cohort (option II), but asynchronous rounds aggregate reports "
+                                  "started in earlier rounds; use one of: "),
+    (["round_mode.buffer=5"], "round_mode.buffer = 5: must be <= selector.clients_per_round (4), the clients in "
+                              "flight at once: a larger buffer never fills"),
+])
+def test_check_refuses_what_cannot_run_asynchronously_with_one_line(sets, line, tmp_path, tiny, capsys):
+    tiny.update(round_mode={"name": "async", "buffer": 2}, algorithm={"name": "fedbuff"})
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(tiny))
+    argv = ["check", str(path)]
+    for s in sets:
+        argv += ["--set", s]
+    rc, out, err = cli(capsys, *argv)
+    assert rc == 2 and out == "" and err.count("\n") == 1, err
+    assert line in err
+
+
 def test_check_with_data_builds_and_catches_what_needs_the_data(tmp_path, tiny, capsys):
     path = experiment(tmp_path, tiny)
     assert cli(capsys, "check", str(path), "--set", "selector.clients_per_round=30")[0] == 0  # static: looks fine

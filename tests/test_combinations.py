@@ -75,10 +75,26 @@ def compatible(compressor, algorithm):
     return accepts is None or algo.upload_kind(algo.Config()) in accepts
 
 
+def async_refusal(round_mode, selector, algorithm):
+    """The key validation refuses (round mode, selector, algorithm) under, or None: asynchronous rounds need a
+    selector that refills free slots and a server rule that takes reports from earlier cohorts."""
+    regs = registries()
+    if not regs["round_mode"].get(round_mode).asynchronous:
+        return None
+    sel = regs["selector"].get(selector)
+    if sel.cannot_fill_slots(sel.Config(**{k: v for k, v in block("selector", selector).items() if k != "name"})):
+        return "selector.name"
+    return "algorithm.name" if regs["algorithm"].get(algorithm).cohort_bound else None
+
+
+def runs(t):
+    return compatible(t[2], t[3]) and async_refusal(t[0], t[1], t[3]) is None
+
+
 def pairs_rest():
     """A covering array: every pair of values of any two of the four seams appears in some tuple."""
     seams = [names("round_mode"), names("selector"), names("compressor"), names("algorithm")]
-    combos = [t for t in itertools.product(*seams) if compatible(t[2], t[3])]
+    combos = [t for t in itertools.product(*seams) if runs(t)]
     uncovered = {(i, t[i], j, t[j]) for t in combos for i, j in itertools.combinations(range(4), 2)}
 
     def gain(t):
@@ -116,10 +132,25 @@ def test_incompatible_compressor_is_refused(compressor, algorithm, run_combo):
     assert e.value.key == "compressor.name"
 
 
+def async_refused():
+    return [(rm, sel, algo, key) for rm, sel, algo in itertools.product(names("round_mode"), names("selector"),
+                                                                          names("algorithm"))
+            if (key := async_refusal(rm, sel, algo)) is not None and (key == "algorithm.name" or algo == "fedavg")]
+
+
+@pytest.mark.parametrize("round_mode,selector,algorithm,key", async_refused())
+def test_combinations_that_cannot_run_asynchronously_are_refused(round_mode, selector, algorithm, key, run_combo):
+    from turnout.core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        run_combo(round_mode=round_mode, selector=selector, algorithm=algorithm)
+    assert e.value.key == key and "asynchronous rounds" in str(e.value)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("availability,selector,round_mode,compressor,algorithm", [
     t for t in itertools.product(names("availability"), names("selector"), names("round_mode"), names("compressor"),
-                                 names("algorithm")) if compatible(t[3], t[4])])
+                                 names("algorithm")) if runs((t[2], t[1], t[3], t[4]))])
 def test_full_cross_product(availability, selector, round_mode, compressor, algorithm, run_combo):
     run_combo(availability=availability, selector=selector, round_mode=round_mode, compressor=compressor,
               algorithm=algorithm)

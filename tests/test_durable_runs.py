@@ -39,6 +39,9 @@ DURABLE = {
         {"name": "FedGS", "set": {"selector": {"name": "fedgs", "clients_per_round": 4, "graph": "update_cosine"},
                                   "availability": {"name": "ln", "beta": 0.5}}},
         {"name": "Adaptive-OU", "set": {"algorithm": {"name": "adaptive_ou", "strategy": "ou"}}},
+        # asynchronous rounds: reports and the model versions they started from stay in flight across checkpoints
+        {"name": "FedBuff", "set": {"algorithm": {"name": "fedbuff"}, "round_mode": {"name": "async", "buffer": 2}}},
+        {"name": "FedAsync", "set": {"algorithm": {"name": "fedasync"}, "round_mode": {"name": "async"}}},
     ],
 }
 

@@ -3,9 +3,11 @@ model)."""
 
 from . import (  # noqa: F401  (registers components)
     adaptive_ou,
+    fedasync,
     fedau,
     fedavg,
     fedawe,
+    fedbuff,
     fedprox,
     fedsum,
     fedvarp,

@@ -93,6 +93,13 @@ class Algorithm(Stateful, Deployable, ABC):
     #: through ``Reports.weighted_mean()``: an executor may then keep the reports where they were trained and
     #: send back partial weighted sums (the Ray executor's ``partial_sums``; :func:`turnout.sim.work.held_reports`)
     sums_reports: ClassVar[bool] = False
+    #: why the server rule needs every report to come from the round's own cohort (it pairs a report with what it
+    #: sent that cohort, or estimates the cohort's silent members); empty: it takes reports started in earlier
+    #: rounds too, as asynchronous rounds deliver them (``turnout check`` refuses the others there)
+    cohort_bound: ClassVar[str] = ""
+    #: the server rule reads the model each report's client started from (``Reports.origin_models``: FedAsync
+    #: mixes models); the engine then keeps the versions that clients in flight hold
+    reads_origin_models: ClassVar[bool] = False
 
     def __init__(self, cfg: BaseModel, ctx: AlgorithmContext):
         self.cfg = cfg

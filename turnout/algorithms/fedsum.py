@@ -88,6 +88,7 @@ class _SUM(Algorithm):
     uplink_vectors = 1
     update_kind = UploadKind.GRADIENT_DIFFERENCE  # Δ_i = y_i^{t+1} − y_i^t
     requires_plain_sgd = True  # gradients are recovered from the plain-SGD end point (or the trainer's sum)
+    cohort_bound = "recovers each report's gradients with the lr and local steps of the round's own cohort"
     state_attrs = ("y", "gammas", "k_mean")
     scratch_attrs = ("round", "lr", "steps", "cohort")  # this round's, set by begin_round
 

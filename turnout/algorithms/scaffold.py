@@ -61,6 +61,7 @@ class Scaffold(Algorithm):
     Config = ScaffoldConfig
     downlink_vectors = 2
     requires_plain_sgd = True  # option II inverts x_K = x_0 − η Σ (g + c − c_i)
+    cohort_bound = "inverts each report with the lr and local steps of the round's own cohort (option II)"
 
     @classmethod
     def upload_kind(cls, cfg: ScaffoldConfig) -> UploadKind:

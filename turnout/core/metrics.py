@@ -18,7 +18,8 @@ SUMMARY_KEYS = ("final_accuracy", "best_accuracy", "tail_accuracy", "tail_accura
                 "rounds_to_target", "sim_time_to_target_s", "download_time_to_target_s", "bytes_down_to_target",
                 "bytes_up_to_target", "bytes_up", "bytes_down", "sim_time_s", "download_time_s",
                 "compute_time_s", "upload_time_s", "download_share", "compute_share", "upload_share",
-                "stale_per_round", "resource_s", "wasted_s", "tau_max", "tau_avg", "selection_count_var",
+                "stale_per_round", "reports_aggregated", "staleness_mean", "resource_s", "wasted_s", "tau_max",
+                "tau_avg", "selection_count_var",
                 "centralized_accuracy", "wall_s", "diverged_at_round")
 
 #: Results a diverged run does not have: an accuracy measured before the model blew up is no final result.
@@ -116,6 +117,13 @@ def summarize(variant: str, seed: int, rows: list[dict], extra: Mapping[str, Any
         "bytes_down_to_target": math.nan, "bytes_up_to_target": math.nan,
     }
     s["stale_per_round"] = float(np.mean([r["n_stale"] for r in rows]))  # late reports used, per round (REFL)
+    n_agg = np.array([r["n_aggregated"] for r in rows], dtype=float)
+    s["reports_aggregated"] = int(n_agg.sum())  # client updates that reached the model: what async runs are paced by
+    if "staleness_mean" in last:  # asynchronous rounds: mean staleness over every report aggregated
+        tau = np.array([r["staleness_mean"] for r in rows], dtype=float)
+        s["staleness_mean"] = float(np.nansum(tau * n_agg) / n_agg.sum()) if n_agg.sum() else math.nan
+    else:
+        s["staleness_mean"] = math.nan
     s["download_share"], s["compute_share"], s["upload_share"] = time_shares(
         s["download_time_s"], s["compute_time_s"], s["upload_time_s"])
     if target is not None:

@@ -164,6 +164,8 @@ class Reports:
     losses: np.ndarray
     staleness: np.ndarray
     held: tuple[HeldReports, np.ndarray] | None = None
+    #: (k, dim): the model each report's client started from, for rules that declare ``reads_origin_models``
+    origin_models: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         _freeze(self, "clients", "weights", "n_samples", "losses", "staleness")

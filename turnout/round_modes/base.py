@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import ClassVar
 
 import numpy as np
 from pydantic import BaseModel
@@ -26,9 +27,32 @@ class RoundMode(Stateful, Deployable, ABC):
     def __init__(self, cfg: BaseModel):
         self.cfg = cfg
 
+    #: the round closes on reports from earlier rounds too (asynchronous FL): the engine then hands
+    #: :meth:`close_in_flight` the arrival times of the reports still in flight, and a report that arrives
+    #: in the round its client started in is aggregated as fresh (staleness 0) whatever the algorithm
+    asynchronous: ClassVar[bool] = False
+
     def launch_count(self, target: int) -> int:
         """How many clients to launch for ``target`` reports (over-commitment launches more)."""
         return target
+
+    def launch(self, target: int, in_flight: int) -> int:
+        """How many clients to launch this round while ``in_flight`` reports from earlier rounds are still
+        being computed. Synchronous modes ignore those: :meth:`launch_count`."""
+        return self.launch_count(target)
+
+    def arrivals_taken(self) -> int | None:
+        """How many of the reports that arrived by the close one round takes (``None``: all of them)."""
+        return None
+
+    def close_in_flight(self, finish_s: np.ndarray, dropped_at_s: np.ndarray, target: int,
+                        in_flight_s: np.ndarray) -> RoundClose:
+        """Close a round while reports from earlier rounds arrive at ``in_flight_s`` seconds after the start.
+
+        Synchronous modes close on the launched cohort alone (:meth:`close`); the reports in flight arrive
+        when they arrive.
+        """
+        return self.close(finish_s, dropped_at_s, target)
 
     @abstractmethod
     def close(self, finish_s: np.ndarray, dropped_at_s: np.ndarray, target: int) -> RoundClose:

@@ -11,6 +11,7 @@ sticky flags) that later seams of the same round read from the cohort itself.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import ClassVar
 
 import numpy as np
 from pydantic import BaseModel
@@ -38,12 +39,21 @@ class Selector(Stateful, Deployable, ABC):
     #: reads the clients' uploads (``RoundFeedback.updates``) on the CPU, so reports must come back from a GPU
     #: (or from the Ray actors that trained them, instead of being summed there)
     reads_uploads: bool = False
+    #: chooses a cohort of any size up to ``ctx.launch``, one client included: asynchronous rounds ask it to
+    #: refill the slots freed by arrivals. False: it builds a whole cohort of ``clients_per_round`` at once
+    fills_free_slots: ClassVar[bool] = False
 
     def __init__(self, cfg: BaseModel, world: WorldContext):
         self.cfg = cfg
         self.world = world
         self.n_train = world.n_train
         self.seed = world.seed
+
+    @classmethod
+    def cannot_fill_slots(cls, cfg: BaseModel) -> str:
+        """Why this selector, under options ``cfg``, cannot refill free slots a few at a time (empty: it can)."""
+        return "" if cls.fills_free_slots else f"chooses a whole cohort of {cfg.clients_per_round} at once" \
+            if hasattr(cfg, "clients_per_round") else "chooses a whole cohort at once"
 
     @property
     def num_clients(self) -> int:

@@ -132,6 +132,15 @@ class FedGS(Selector):
     #: derived from the seed (sketch, noise batch) or set at selection and read in the same round
     scratch_attrs = ("_sketch", "_noise", "_start_params")
 
+    fills_free_slots = True
+
+    @classmethod
+    def cannot_fill_slots(cls, cfg: Config) -> str:
+        warmup = cfg.warmup if cfg.warmup != "auto" else ("none" if cfg.graph == "oracle" else "all")
+        return "" if warmup == "none" else (f"its warm-up round (warmup: {warmup}) launches every "
+                                            f"{'client' if warmup == 'all' else 'available client'} at once; "
+                                            "set selector.warmup: none")
+
     @classmethod
     def memory_bytes(cls, cfg: Config, sizes) -> int:
         """For the memory pre-flight: the dense N×N distances with Floyd–Warshall's and the similarity's

@@ -104,6 +104,7 @@ class OortSelector(Selector):
     """Oort: exploit clients of high statistical utility within a paced duration budget, explore the rest."""
 
     needs_training = "scores clients by their training loss (statistical utility)"
+    fills_free_slots = True
 
     class Config(StrictModel):
         clients_per_round: int = Field(10, ge=1, le=MAX_CLIENTS, description="K: reports wanted per round")

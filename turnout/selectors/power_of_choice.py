@@ -102,6 +102,7 @@ class PowerOfChoiceSelector(Selector):
     """Power-of-Choice: the highest-loss clients train (Cho et al. pow-d/cpow-d/rpow-d, FedGS, Adaptive-OU repos)."""
 
     needs_training = "ranks clients by their loss on the global model"
+    fills_free_slots = True
 
     class Config(StrictModel):
         clients_per_round: int = Field(

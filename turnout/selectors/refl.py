@@ -131,6 +131,13 @@ class REFLSelector(Selector):
     def target(self) -> int:
         return self.cfg.clients_per_round
 
+    fills_free_slots = True
+
+    @classmethod
+    def cannot_fill_slots(cls, cfg: Config) -> str:
+        return "" if cfg.apt == "off" else (f"its adaptive participant target (apt: {cfg.apt}) resizes a whole "
+                                            "cohort from the stragglers due; set selector.apt: off")
+
     @classmethod
     def needs_simulator(cls, cfg: Config) -> WorldNeed | None:
         if cfg.predictor == "oracle":

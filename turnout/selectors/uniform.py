@@ -25,6 +25,7 @@ class UniformSelector(Selector):
     """K clients uniformly at random, without replacement, from the available ones."""
 
     Config = UniformConfig
+    fills_free_slots = True
 
     def target(self) -> int:
         return self.cfg.clients_per_round

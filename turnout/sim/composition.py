@@ -109,10 +109,35 @@ def extras_installed(exp: ResolvedExperiment, prefix: str) -> None:
                                                   f"pip install 'turnout[{extra}]'")
 
 
+def asynchronous_rounds(exp: ResolvedExperiment, prefix: str) -> None:
+    """Asynchronous rounds refill free slots a few clients at a time and deliver reports started in earlier rounds:
+    a selector must choose a cohort of any size, a server rule must take reports from earlier cohorts, and the
+    buffer must fit in the concurrency."""
+    mode = exp["round_mode"]
+    if not mode.cls.asynchronous:
+        return
+    sel, algo = exp["selector"], exp["algorithm"]
+    why = sel.cls.cannot_fill_slots(sel.cfg)
+    if why:
+        ok = [name for name, cls in registries()["selector"] if cls.fills_free_slots]
+        raise ConfigError(f"{prefix}selector.name", sel.name, f"{why}, but asynchronous rounds refill the slots "
+                                                              f"freed by arrivals; use one of: {', '.join(ok)}")
+    if algo.cls.cohort_bound:
+        ok = [name for name, cls in registries()["algorithm"] if not cls.cohort_bound]
+        raise ConfigError(f"{prefix}algorithm.name", algo.name,
+                          f"{algo.cls.cohort_bound}, but asynchronous rounds aggregate reports started in earlier "
+                          f"rounds; use one of: {', '.join(ok)}")
+    concurrency = getattr(sel.cfg, "clients_per_round", None)
+    if concurrency is not None and mode.cfg.buffer > concurrency:
+        raise ConfigError(f"{prefix}round_mode.buffer", mode.cfg.buffer,
+                          f"must be <= selector.clients_per_round ({concurrency}), the clients in flight at once: "
+                          "a larger buffer never fills")
+
+
 #: Combinations refused at validation because they would run but silently break an algorithm (or cannot run).
 RULES: tuple[Callable[[ResolvedExperiment, str], None], ...] = (
     compressor_accepts_upload, plain_sgd_for_inverting_rules, executor_trains_model_exactly, system_only_components,
-    extras_installed)
+    extras_installed, asynchronous_rounds)
 
 
 class _Catalogue:

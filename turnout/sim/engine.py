@@ -49,9 +49,10 @@ from ..world.participation import ParticipationTracker
 from ..world.population import Population
 from ..world.probe import LossProbe
 from ..world.state_store import ClientStateStore
+from ..world.versions import ModelVersions
 from ..world.wire import WirePricer
 from .composition import BuildContext, Injected, Parts, compose
-from .phases import Accounted, Aggregated, Opened, Settled, Trained, round_row
+from .phases import Accounted, Aggregated, Opened, Settled, Trained, asynchronous_columns, round_row
 from .system_only import SystemOnlyWork
 from .work import TrainedWork, TrainOrder, Work, finite_rows, held_reports, report_device, take_rows
 
@@ -93,7 +94,8 @@ class Simulation(Stateful):
     """
 
     state_attrs = ("next_round", "sim_time", "diverged_at", "global_model", "population", "ledger", "late",
-                   "participation", "store", "availability", "selector", "round_mode", "algorithm", "compressor")
+                   "versions", "participation", "store", "availability", "selector", "round_mode", "algorithm",
+                   "compressor")
 
     def __init__(self, exp: ResolvedExperiment, data: FederatedDataset, seed: int, scratch_dir=None,
                  components: Mapping[str, Injected] | None = None, work: Work | None = None):
@@ -124,6 +126,7 @@ class Simulation(Stateful):
             torch.backends.cudnn.benchmark = cfg.runtime.cudnn_benchmark
         self.ledger = CoordinateLedger(dim, cfg.rounds)
         self.late = LateBuffer(dim if self.work.trains_model else 0)  # proxy reports carry no update values
+        self.versions = ModelVersions()  # the models that reports in flight started from (rules that mix models)
         self.participation = ParticipationTracker(n)
         self.pricer: WirePricer = self.work.pricer(self)
         self.next_round = 0
@@ -145,6 +148,11 @@ class Simulation(Stateful):
     @property
     def params(self) -> torch.Tensor:
         return self.global_model.params
+
+    def load_state_dict(self, state: dict) -> None:
+        if "versions" not in state:  # a checkpoint from before asynchronous rounds: no version was held
+            state = {**state, "versions": ModelVersions().state_dict()}
+        super().load_state_dict(state)
 
     @property
     def buffers(self) -> dict[str, torch.Tensor]:
@@ -220,6 +228,7 @@ class Simulation(Stateful):
         """End the run: reports still in flight never reach the model, so their work is wasted."""
         self.work.end(self)
         left = self.late.pop_all()
+        self.versions.keep_only(())
         self.population.wasted_s[left.clients] += left.busy_s
         self.unused_late_s = float(left.busy_s.sum())
 
@@ -258,8 +267,11 @@ class Simulation(Stateful):
         settled = self._settle(opened, trained)
         aggregated = self._aggregate(opened, trained, settled)
         accounted = self._account(opened, trained, settled, aggregated)
+        extra = self._component_metrics()
+        if self.round_mode.asynchronous:
+            extra = {**extra, **asynchronous_columns(settled, aggregated, in_flight=len(self.late))}
         row = round_row(opened=opened, trained=trained, settled=settled, aggregated=aggregated, accounted=accounted,
-                        sim_time_s=self.sim_time, extra=self._component_metrics())
+                        sim_time_s=self.sim_time, extra=extra)
         self.work.extend_row(self, row)
         return row
 
@@ -286,8 +298,9 @@ class Simulation(Stateful):
             online[self.late.busy_clients()] = False
         available = np.flatnonzero(online)
         probe = LossProbe(self.pricer, self.global_model, self.data, self.seed, r)
+        launch = self.round_mode.launch(self.selector.target(), len(self.late))
         cohort = self.selector.select(SelectionContext(
-            round=r, time_s=t0, available=available, launch=self.round_mode.launch_count(self.selector.target()),
+            round=r, time_s=t0, available=available, launch=launch,
             rng=rngmod.stream(self.seed, "selection", r), world=self.world, availability=self.availability,
             probe_loss=probe, pending_clients=self.late.clients.copy(), pending_arrival_s=self.late.arrival_s.copy()))
         bill = probe.settle()  # the round starts when the last probe answer is in
@@ -318,8 +331,10 @@ class Simulation(Stateful):
         result = trained.result
         finish = self.pricer.delivery_s(clients, trained.down, result.samples, trained.up)
         dropped_at = self.availability.online_until(clients, r, t0) - t0
-        verdict = self.round_mode.close(finish, dropped_at, cohort.target)
-        duration = (verdict.duration_s if opened.size else self.round_mode.empty_round_s) + probe_s
+        mode = self.round_mode
+        in_flight_s = self.late.arrival_s - t0 if mode.asynchronous else np.zeros(0)
+        verdict = mode.close_in_flight(finish, dropped_at, cohort.target, in_flight_s)
+        duration = (verdict.duration_s if opened.size or len(in_flight_s) else mode.empty_round_s) + probe_s
         verdict = self.work.settle(self, opened, trained, verdict, duration)
         agg = verdict.aggregated & ~trained.rejected
         late = verdict.late & ~verdict.aggregated & ~trained.rejected
@@ -332,9 +347,13 @@ class Simulation(Stateful):
         weights = np.asarray(self.selector.settle_weights(cohort, feedback), dtype=np.float64)
         self.late.add(r, clients[late], t0 + finish[late], take_rows(trained.decoded, late), weights[late],
                       self.population.n_train[clients[late]], result.losses[late], verdict.busy_s[late])
-        arrived = self.late.pop_arrived(t_end)
-        stale_ok = (np.full(len(arrived), self.algorithm.uses_stale_updates)
-                    & (r - arrived.origin_round <= self.algorithm.max_staleness))
+        if self.algorithm.reads_origin_models and late.any():
+            self.versions.hold(r, self.params)  # version r, before this round's update
+        arrived = self.late.pop_arrived(t_end, mode.arrivals_taken())
+        age = r - arrived.origin_round
+        # A report that arrives in the round it started in is fresh for an asynchronous round mode.
+        stale_ok = ((np.full(len(arrived), self.algorithm.uses_stale_updates) & (age <= self.algorithm.max_staleness))
+                    | (mode.asynchronous & (age == 0)))
         settled = Settled(finish_s=finish, dropped_at_s=dropped_at, verdict=verdict, aggregated=agg, late=late,
                           duration_s=duration, end_s=t_end, download_s=download_s, feedback=feedback, weights=weights,
                           arrived=arrived, stale_ok=stale_ok, compute_s=compute_s, upload_s=upload_s)
@@ -359,8 +378,13 @@ class Simulation(Stateful):
                           n_samples=np.concatenate([self.population.n_train[fresh_clients], arrived.n_samples[ok]]),
                           losses=np.concatenate([trained.result.losses[agg], arrived.losses[ok]]),
                           staleness=np.concatenate([np.zeros(len(fresh_clients), np.int64),
-                                                    r - arrived.origin_round[ok]]))
+                                                    r - arrived.origin_round[ok]]),
+                          origin_models=self.versions.rows(
+                              np.concatenate([np.full(len(fresh_clients), r), arrived.origin_round[ok]]),
+                              (r, self.params)) if self.algorithm.reads_origin_models else None)
         changed = self.work.aggregate(self, r, reports, trained, settled)
+        if len(self.versions):
+            self.versions.keep_only(self.late.origin_round)
         self.selector.observe(settled.feedback)
         return Aggregated(reports=reports, coords_changed=changed)
 

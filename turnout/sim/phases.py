@@ -107,3 +107,31 @@ def round_row(*, opened: Opened, trained: Trained, settled: Settled, aggregated:
         "tau": accounted.tau, "coords_changed": int(aggregated.coords_changed),
         **extra,
     }
+
+
+#: the staleness histogram's bins of an asynchronous round's row: ``staleness_LO_HI`` counts reports with
+#: LO ≤ τ ≤ HI (``staleness_16+``: τ ≥ 16)
+STALENESS_BINS = ((0, 0), (1, 1), (2, 3), (4, 7), (8, 15), (16, None))
+
+
+def asynchronous_columns(settled: Settled, aggregated: Aggregated, in_flight: int) -> dict[str, object]:
+    """What an asynchronous round adds to its row, or says differently: arrivals, reports still in flight, the
+    staleness of the reports aggregated (mean, max, histogram; ``n_stale``: those with τ > 0), and ``train_loss``
+    over them weighted by their clients' sample counts (every report arrives from the in-flight buffer, so
+    :func:`round_row`'s fresh-cohort columns would be empty). ``n_late`` stays the launched clients that went in
+    flight; the critical-path seconds are NaN: the reports of one update come from several cohorts."""
+    reports = aggregated.reports
+    tau = np.asarray(reports.staleness, np.int64)
+    cols: dict[str, object] = {
+        "n_arrived": len(settled.arrived), "n_in_flight": int(in_flight), "n_stale": int(np.count_nonzero(tau > 0)),
+        # the critical path of a round is its cohort's; an asynchronous round's reports come from several cohorts
+        "download_s": float("nan"), "compute_s": float("nan"), "upload_s": float("nan"),
+        "staleness_mean": float(tau.mean()) if len(tau) else float("nan"),
+        "staleness_max": int(tau.max()) if len(tau) else 0,
+        "train_loss": float(np.average(reports.losses, weights=np.maximum(reports.n_samples, 1)))
+        if len(tau) else float("nan"),
+    }
+    for lo, hi in STALENESS_BINS:
+        name = f"staleness_{lo}+" if hi is None else f"staleness_{lo}" if lo == hi else f"staleness_{lo}_{hi}"
+        cols[name] = int(np.count_nonzero((tau >= lo) & (tau <= (hi if hi is not None else tau.max(initial=lo)))))
+    return cols

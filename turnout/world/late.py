@@ -89,9 +89,16 @@ class LateBuffer(Stateful):
         mask[row] = True
         self._take(mask)
 
-    def pop_arrived(self, until_s: float) -> Arrived:
-        """Remove and return the reports that arrive no later than ``until_s`` (in arrival order)."""
-        return self._take(self.arrival_s <= until_s)
+    def pop_arrived(self, until_s: float, limit: int | None = None) -> Arrived:
+        """Remove and return the reports that arrive no later than ``until_s`` (in arrival order), at most
+        ``limit`` of them: the first to arrive, ties to the one parked first (an asynchronous buffer of K)."""
+        due = self.arrival_s <= until_s
+        if limit is not None and int(due.sum()) > limit:
+            idx = np.flatnonzero(due)
+            first = idx[np.argsort(self.arrival_s[idx], kind="stable")[:max(int(limit), 0)]]
+            due = np.zeros(len(self), dtype=bool)
+            due[first] = True
+        return self._take(due)
 
     def pop_all(self) -> Arrived:
         return self._take(np.ones(len(self), dtype=bool))

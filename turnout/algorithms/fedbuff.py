@@ -1,0 +1,100 @@
+"""FedBuff (Nguyen et al., AISTATS 2022): one server step on the staleness-weighted mean of a buffer of K deltas.
+
+With the asynchronous round mode (``round_mode: {name: async, buffer: K}``) a round aggregates the first
+K reports to arrive, each a model delta ``Δ_i`` computed from the version its client downloaded ``τ_i``
+updates ago. FedBuff's Algorithm 1 sums ``s(τ_i) Δ_i`` over the buffer and divides by K; with selector
+weights ``v_i`` (uniform in FedBuff) that is
+
+    Δ̄ = Σ_i (v_i / Σ_j v_j) · s(τ_i) · Δ_i        (absolute weights ``v_i`` are used as given)
+
+— the staleness weights ``s`` (:mod:`turnout.algorithms.staleness`) are not renormalised, so a stale
+buffer moves the model less. The server step on ``Δ̄`` is any of turnout's: ``x ← x + η_g Δ̄`` with
+optional server momentum (FedAvgM), or FedAdam / FedYogi (``server_optimizer``). With every τ = 0 and
+``s(0) = 1`` the rule is FedAvg's, bit for bit. ``max_staleness`` drops older reports on arrival (their
+work counts as wasted).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from pydantic import Field, model_validator
+
+from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
+from .fedavg import FedAvgConfig
+from .server_optim import AdaptiveStep
+from .stale_aware import UNBOUNDED, StaleServerOptimizer
+from .staleness import MaxStaleness, StalenessConfig, staleness_weights
+
+
+class FedBuffConfig(FedAvgConfig, MaxStaleness):
+    staleness: StalenessConfig = Field(default_factory=StalenessConfig,
+                                       description="s(τ): {rule: constant | polynomial | hinge | refl, a, b, beta}; "
+                                                   "default polynomial with a = 0.5 (1/√(1+τ), FedBuff)")
+    server_optimizer: StaleServerOptimizer = Field(
+        default_factory=StaleServerOptimizer,
+        description="server step on the buffer's mean: {name: none | adam | yogi, server_lr, beta1, beta2, tau, init}; "
+                    "none: x ← x + server_lr · mean (with server_momentum)")
+
+    @model_validator(mode="after")
+    def _one_step_size(self):
+        if self.server_optimizer.name != "none" and (self.server_lr != 1.0 or self.server_lr_decay != 1.0
+                                                     or self.server_momentum != 0.0):
+            raise ValueError("with a server_optimizer the step is server_optimizer's: leave server_lr and "
+                             "server_lr_decay at 1 and server_momentum at 0")
+        return self
+
+
+@ALGORITHMS.register("fedbuff")
+class FedBuff(Algorithm):
+    """FedBuff: the staleness-weighted mean of a buffer of K reports, then one server step (SGD, Adam or Yogi)."""
+
+    Config = FedBuffConfig
+    uses_stale_updates = True
+    state_attrs = ("momentum_buf", "opt")
+    scratch_attrs = ("last_weight_mean",)
+
+    def __init__(self, cfg: FedBuffConfig, ctx: AlgorithmContext):
+        super().__init__(cfg, ctx)
+        self.momentum_buf: torch.Tensor | None = None
+        opt = cfg.server_optimizer
+        self.opt = AdaptiveStep(opt, opt.name) if opt.name != "none" else None
+        self.last_weight_mean = float("nan")
+
+    @property
+    def max_staleness(self) -> int:
+        return UNBOUNDED if self.cfg.max_staleness is None else int(self.cfg.max_staleness)
+
+    def buffer_mean(self, reports: Reports) -> torch.Tensor:
+        """Σ (v_i/Σv) s(τ_i) Δ_i, with FedAvg's arithmetic (so that s ≡ 1 gives FedAvg's mean bit for bit)."""
+        u = reports.updates
+        k = len(reports)
+        w = torch.as_tensor(np.asarray(reports.weights, np.float64).copy(), dtype=u.dtype)
+        if reports.normalize:
+            total = float(w.sum())
+            w = w / total if total > 0 else torch.full_like(w, 1.0 / k)
+        s = staleness_weights(self.cfg.staleness, reports.staleness, u, reports.weights)
+        self.last_weight_mean = float(s.mean())
+        if not np.all(s == 1.0):
+            w = w * torch.as_tensor(s, dtype=u.dtype)
+        return (w.to(u.device) @ u).cpu()
+
+    def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
+        self.last_weight_mean = float("nan")
+        if len(reports) == 0:  # nothing arrived: neither the model nor the server optimiser moves
+            return global_params.clone()
+        update = self.buffer_mean(reports).to(global_params.dtype)
+        if self.opt is not None:
+            return global_params + self.opt.step(round, update)
+        if self.cfg.server_momentum:
+            self.momentum_buf = (update if self.momentum_buf is None
+                                 else self.cfg.server_momentum * self.momentum_buf + update)
+            update = self.momentum_buf
+        return global_params + self.cfg.server_lr_at(round) * update
+
+    def round_metrics(self) -> dict[str, object]:
+        """The mean staleness weight s(τ) of the round's buffer."""
+        return {"staleness_weight_mean": self.last_weight_mean}
+
+
+__all__ = ["FedBuff", "FedBuffConfig"]
