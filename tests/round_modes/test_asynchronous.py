@@ -216,3 +216,15 @@ def test_executors_give_the_same_asynchronous_run(simulate):
         assert a.keys() == b.keys()
         for k in a:
             assert a[k] == pytest.approx(b[k], rel=1e-5, nan_ok=True), k
+
+
+def test_a_selector_learns_a_report_when_it_arrives_not_when_its_client_starts(build_simulation):
+    sim = build_simulation(config(clients_per_round=4, rounds=6, round_mode={"name": "async"},
+                                  algorithm={"name": "fedbuff"}, devices={"name": "flash"},
+                                  selector={"name": "oort", "clients_per_round": 4}))
+    sim.advance(until=2)
+    oort, pop = sim.selector, sim.population
+    arrived = pop.times_aggregated > 0
+    assert arrived.any() and (oort.reward[arrived] > 0).all()  # utilities measured from delivered reports
+    waiting = np.setdiff1d(sim.late.clients, np.flatnonzero(arrived))  # in flight, nothing delivered yet
+    assert len(waiting) and not oort.explored[waiting].any()

@@ -385,8 +385,25 @@ class Simulation(Stateful):
         changed = self.work.aggregate(self, r, reports, trained, settled)
         if len(self.versions):
             self.versions.keep_only(self.late.origin_round)
-        self.selector.observe(settled.feedback)
+        self.selector.observe(self._arrivals_feedback(opened, trained, settled) if self.round_mode.asynchronous
+                              else settled.feedback)
         return Aggregated(reports=reports, coords_changed=changed)
+
+    def _arrivals_feedback(self, opened: Opened, trained: Trained, settled: Settled) -> RoundFeedback:
+        """What a selector learns from an asynchronous round: the reports that arrived (their losses, sizes and
+        durations, whatever round launched them) and the clients of this launch that were lost. A launched client's
+        report is learnt from when it reaches the server, never at its launch."""
+        arrived, lost = settled.arrived, ~settled.late
+        n_lost = int(lost.sum())
+        return RoundFeedback(
+            opened.round, np.concatenate([arrived.clients, opened.clients[lost]]),
+            np.concatenate([settled.stale_ok, np.zeros(n_lost, bool)]), np.zeros(len(arrived) + n_lost, bool),
+            np.concatenate([arrived.losses, np.full(n_lost, np.nan)]),
+            np.concatenate([arrived.n_samples, trained.result.samples[lost]]),
+            np.concatenate([arrived.busy_s, settled.finish_s[lost]]),
+            np.concatenate([arrived.busy_s, settled.verdict.busy_s[lost]]),
+            torch.cat([arrived.updates, arrived.updates.new_zeros((n_lost, arrived.updates.shape[1]))]),
+            settled.duration_s)
 
     def _account(self, opened: Opened, trained: Trained, settled: Settled, aggregated: Aggregated) -> Accounted:
         """Per-client counters (an upload happens when the client delivers, on time or late) and τ(t)."""

@@ -1,0 +1,82 @@
+"""What asynchronous rounds cost per client update, beside a synchronous run of the same number of updates.
+
+Asynchronous bookkeeping (reports parked in flight and taken at the K-th arrival, staleness, the model versions
+FedAsync keeps, the extra row columns) must cost at most 10 % more wall-clock per client update than a synchronous
+run doing the same updates. Each pair below trains the same clients per round on the same world (synthetic
+FedProx data, 200 clients, an MLP, FLASH devices, always available; evaluation only at the end), and the pairs
+run interleaved, ``--repeats`` times each, so both sides share whatever else the machine does:
+
+* FedBuff (``async``, C = K = 10) against FedAvg (``wait_all``, K = 10): 10 reports an update;
+* FedAsync (``async``, C = 1, one report an update) against FedAvg with K = 1: one report an update.
+
+Printed: the machine, each run's median seconds per client update, and the ratio async / sync.
+
+    python bench/async_overhead.py --rounds 60 --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+
+from executors import machine  # bench/executors.py: the machine line every bench prints
+
+from turnout.runs.experiment import prepare
+from turnout.sim.composition import expand
+from turnout.sim.engine import Simulation
+
+WORLD = {"name": "async-bench", "seeds": [0], "data": {"name": "synthetic", "num_clients": 200, "alpha": 0.5,
+                                                         "beta": 0.5},
+         "model": {"name": "mlp", "hidden": [64]}, "train": {"batch_size": 10, "local_steps": 5, "lr": 0.05},
+         "devices": {"name": "flash"}, "output": {"progress": False, "plots": False}}
+
+
+def config(clients: int, rounds: int, asynchronous: bool, buffer: int) -> dict:
+    raw = copy.deepcopy(WORLD)
+    raw.update(rounds=rounds, eval={"every": rounds},
+               selector={"name": "uniform", "clients_per_round": clients})
+    if asynchronous:
+        raw["round_mode"] = {"name": "async", "buffer": buffer}
+        raw["algorithm"] = {"name": "fedbuff"} if buffer > 1 else {"name": "fedasync"}
+    else:
+        raw["algorithm"] = {"name": "fedavg"}
+    return raw
+
+
+def seconds_per_update(raw: dict, data) -> float:
+    exp = expand(raw)[0]
+    sim = Simulation(exp, data, 0)
+    with sim:
+        t0 = time.perf_counter()
+        rows = sim.advance()
+        wall = time.perf_counter() - t0
+    return wall / max(1, sum(r["n_aggregated"] for r in rows))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=60, help="FedAvg K = 10 / FedBuff updates (x10 for K = 1 pairs)")
+    p.add_argument("--repeats", type=int, default=5)
+    args = p.parse_args(argv)
+    pairs = {"FedBuff C=K=10 vs FedAvg K=10": (config(10, args.rounds, True, 10), config(10, args.rounds, False, 0)),
+             "FedAsync C=1 vs FedAvg K=1": (config(1, 10 * args.rounds, True, 1),
+                                            config(1, 10 * args.rounds, False, 0))}
+    exp = expand(next(iter(pairs.values()))[0])[0]
+    data = prepare([exp]).dataset_for(exp, 0)
+    print(machine())
+    times: dict[tuple[str, int], list[float]] = {(name, side): [] for name in pairs for side in (0, 1)}
+    for _ in range(args.repeats):
+        for name, sides in pairs.items():
+            for side, raw in enumerate(sides):
+                times[(name, side)].append(seconds_per_update(raw, data))
+    for name in pairs:
+        a, s = (statistics.median(times[(name, side)]) for side in (0, 1))
+        print(f"{name}: async {a * 1e3:.3f} ms / update, sync {s * 1e3:.3f} ms / update, "
+              f"ratio {a / s:.3f} (target <= 1.10)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
