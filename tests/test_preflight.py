@@ -78,6 +78,10 @@ def test_components_declare_their_own_memory():
     trace = variants(availability={"name": "trace", "num_traces": 1000})
     term = next(t for t in preflight.estimate(trace) if t.label == "the availability")
     assert term.bytes == 1000 * 6 * 100 + 16 * 30
+    asynchronous = variants(round_mode={"name": "async", "buffer": 2}, algorithm={"name": "fedasync"})
+    term = next(t for t in preflight.estimate(asynchronous) if t.label == "the round_mode")
+    dim = 60 * 10 + 10  # logreg on the synthetic task's 60 features and 10 classes
+    assert term.bytes == 2 * 4 * dim * 5  # C = 5 reports in flight and at most as many model versions held
 
 
 def test_prepare_refuses_before_building_any_dataset():
