@@ -21,6 +21,7 @@ import copy
 import statistics
 import time
 
+import torch
 from executors import machine  # bench/executors.py: the machine line every bench prints
 
 from turnout.runs.experiment import prepare
@@ -59,7 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=60, help="FedAvg K = 10 / FedBuff updates (x10 for K = 1 pairs)")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (1: bookkeeping is not hidden behind, or inflated by, thread pools)")
     args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
     pairs = {"FedBuff C=K=10 vs FedAvg K=10": (config(10, args.rounds, True, 10), config(10, args.rounds, False, 0)),
              "FedAsync C=1 vs FedAvg K=1": (config(1, 10 * args.rounds, True, 1),
                                             config(1, 10 * args.rounds, False, 0))}

@@ -152,6 +152,7 @@ def test_a_bad_module_or_flag_is_named_too(tmp_path):
         expand(bad)
 
 
+@pytest.mark.slow  # a crash and a resume for one refusal; plugins in workers stay in the default suite
 def test_a_resumed_run_refuses_a_plugin_file_that_changed(experiment, tmp_path):
     out = tmp_path / "run"
     r = cli("run", experiment, "--out", out, "--quiet", env={"TURNOUT_CRASH_AT": "round@3"})

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +53,7 @@ def test_a_run_resumes_with_another_bitwise_executor_and_the_folder_records_it(t
     assert change["was"] == {"base": {"name": "sequential"}}
 
 
+@pytest.mark.slow  # a crashed run just to see one refusal line; resume refusals stay covered in test_durable_runs
 def test_only_the_executor_may_change_on_resume(tmp_path):
     _, partial = crashed_run(tmp_path, reference=False)
     before = (partial / "config.yaml").read_bytes()

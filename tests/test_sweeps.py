@@ -73,6 +73,7 @@ def test_two_worker_processes_give_byte_identical_tables(configs, reference, tmp
     assert sum(row["n_stale"] for row in _rows(out / "refl")) > 0  # late reports really were in flight
 
 
+@pytest.mark.slow  # worker death stays covered by the keeps-dying case in the default suite
 def test_a_worker_killed_mid_unit_is_retried_from_its_checkpoint(configs, reference, tmp_path):
     out = tmp_path / "killed"
     marker = tmp_path / "crashed-once"

@@ -77,6 +77,7 @@ def _without_wall(path: Path) -> list[list[str]]:
     return [r[:drop] + r[drop + 1:] for r in rows]
 
 
+@pytest.mark.slow  # the parallel-executor case below covers the same guard in the default suite
 def test_an_unguarded_script_with_two_jobs_gives_the_tables_of_one(reference, tmp_path):
     script = tmp_path / "quick.py"
     script.write_text(SCRIPT)
@@ -173,6 +174,7 @@ def test_the_sweep_starts_no_more_workers_than_units():
     assert backend._warm == []
 
 
+@pytest.mark.slow  # a second unguarded-script case; the parallel-executor one stays in the default suite
 def test_an_unguarded_script_is_not_what_workers_import(tmp_path):
     """The sharpest form: the script raises if imported under any name but ``__main__``."""
     script = tmp_path / "guarded_by_nothing.py"

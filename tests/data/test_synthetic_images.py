@@ -64,11 +64,6 @@ def test_defaults_are_cifar_shaped_uint8_read_as_unit_floats(default):
     torch.testing.assert_close(scaled, x.float() / 255, rtol=0, atol=0)
 
 
-def test_builds_a_thousand_clients_of_fifty_images_in_seconds(default):
-    _, seconds = default
-    assert seconds < 5.0  # ~0.7 s on the project's 2-core VM; a float normal per pixel took ~3 s
-
-
 def test_same_seed_same_bytes_other_seed_other_bytes():
     small = {"num_clients": 30, "samples_per_client": 20, "server_test": 50, "client_test_fraction": 0.2}
     a, b = build(3, **small), build(3, **small)

