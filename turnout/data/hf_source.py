@@ -17,18 +17,31 @@ so an ``Image`` column is known as an image whatever its storage.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import threading
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from ..core.errors import ConfigError, DataError
+from ..core.errors import ConfigError, ConfigWarning, DataError
 
 #: Rows per record batch when the storage does not fix the batches (parquet, in-memory tables).
 BATCH_ROWS = 4096
 
 HF_EXTRA = "pip install -c constraints.txt 'turnout[huggingface]'"
+
+#: Seconds the hub may take to answer one request before it counts as unreachable.
+PROBE_SECONDS = 3.0
+#: Seconds a probe's answer is reused (a build opens a split and a test split; a sweep opens many).
+PROBE_REUSE_SECONDS = 60.0
+_PROBED: dict[str, tuple[float, str | None]] = {}
+#: What to do about a hub dataset that cannot be loaded offline.
+HUB_FIX = ("download it where the network is (one run there fills the datasets cache), give a local copy as data.path "
+           "(save_to_disk or parquet files), or set HF_HUB_OFFLINE=1 with HF_DATASETS_CACHE (or data.cache_dir) at a "
+           "cache that holds it")
 
 
 def require_datasets(key: str = "name", value: object = "huggingface") -> None:
@@ -128,6 +141,93 @@ def _from_dataset(ds, split: str, source: str) -> Split:
     return Split(split, ds.features, ds.num_rows, table=ds.with_format("arrow")[:], source=source)
 
 
+def hub_unreachable(endpoint: str, seconds: float = PROBE_SECONDS) -> str | None:
+    """Why the hub at ``endpoint`` gives no answer (``None`` when it answers, whatever the status): one request,
+    no retries, in a thread because a name lookup ignores socket timeouts. Offline, the ``datasets`` library
+    would spend ~25 s in retries and warnings before failing."""
+    import time
+
+    at, why = _PROBED.get(endpoint, (-PROBE_REUSE_SECONDS, None))
+    if time.monotonic() - at < PROBE_REUSE_SECONDS:
+        return why
+    found: list[str | None] = []
+
+    def probe():
+        from huggingface_hub.utils import get_session
+
+        try:
+            get_session().head(endpoint, timeout=seconds)
+            found.append(None)
+        except Exception as exc:  # any failure to get an answer means unreachable
+            found.append(" ".join(str(exc).split())[:150] or type(exc).__name__)
+
+    thread = threading.Thread(target=probe, name="turnout-hub-probe", daemon=True)
+    thread.start()
+    thread.join(seconds + 1.0)
+    why = found[0] if found else f"no answer within {seconds:g} s"
+    _PROBED[endpoint] = (time.monotonic(), why)
+    return why
+
+
+@contextlib.contextmanager
+def _offline_hub():
+    """``datasets`` and ``huggingface_hub`` in offline mode (both read HF_HUB_OFFLINE once, at import), their
+    logging and progress bars silenced: only the local cache is read, and turnout says what happened."""
+    import datasets.config as dconfig
+    import huggingface_hub.constants as hconstants
+    from datasets.utils import logging as dlogging
+    from huggingface_hub.utils import logging as hlogging
+
+    saved = (dconfig.HF_HUB_OFFLINE, dconfig.HF_DATASETS_OFFLINE, hconstants.HF_HUB_OFFLINE)
+    levels = (dlogging.get_verbosity(), hlogging.get_verbosity())
+    bars = dlogging.is_progress_bar_enabled()
+    dconfig.HF_HUB_OFFLINE = dconfig.HF_DATASETS_OFFLINE = hconstants.HF_HUB_OFFLINE = True
+    dlogging.set_verbosity_error()
+    hlogging.set_verbosity_error()
+    dlogging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        dconfig.HF_HUB_OFFLINE, dconfig.HF_DATASETS_OFFLINE, hconstants.HF_HUB_OFFLINE = saved
+        dlogging.set_verbosity(levels[0])
+        hlogging.set_verbosity(levels[1])
+        if bars:
+            dlogging.enable_progress_bar()
+
+
+def _load_hub(hub_id: str, subset: str | None, split: str, cache_dir: str | None, key: str):
+    """``load_dataset`` of a hub id, offline at once (from the local cache only) when HF_HUB_OFFLINE is set or the
+    hub does not answer one quick probe; every failure is one line naming the key."""
+    import datasets
+
+    endpoint = datasets.config.HF_ENDPOINT
+    offline = "HF_HUB_OFFLINE is set" if datasets.config.HF_HUB_OFFLINE else None
+    if offline is None:
+        why = hub_unreachable(endpoint)
+        offline = None if why is None else f"the hub ({endpoint}) cannot be reached ({why})"
+    cache = cache_dir or datasets.config.HF_DATASETS_CACHE
+    try:
+        with _offline_hub() if offline else contextlib.nullcontext():
+            ds = datasets.load_dataset(hub_id, subset, split=split, cache_dir=cache_dir)
+    except (ValueError, KeyError) as exc:  # unknown split or subset
+        text = " ".join(str(exc).split())
+        if offline and "find cache" in text:  # the cache holds the dataset but not this subset
+            raise ConfigError("subset", subset, f"{hub_id}: {offline}, and the datasets cache ({cache}) holds no "
+                                                f"such subset ({text}); {HUB_FIX}") from None
+        raise ConfigError(key, split, f"{hub_id}: {text}") from None
+    except (OSError, ConnectionError) as exc:
+        if offline:
+            raise ConfigError("hub_id", hub_id, f"{offline}, and the dataset is not in the datasets cache "
+                                                f"({cache}); {HUB_FIX}") from None
+        text = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise ConfigError("hub_id", hub_id, f"cannot be loaded ({text}); check the id on the hub, or {HUB_FIX}") \
+            from None
+    if offline and not datasets.config.HF_HUB_OFFLINE:
+        warnings.warn(ConfigWarning(f"data.hub_id = {hub_id!r}: {offline}; the copy in the datasets cache ({cache}) "
+                                    "is used"), stacklevel=2)
+    return ds
+
+
 def _split_files(folder: Path, split: str) -> list[Path]:
     """Data files of ``split`` in a folder: under a ``split/`` folder, else named ``split-*`` or ``split.*``."""
     found = sorted(p for p in folder.rglob("*") if p.suffix in (".parquet", ".arrow") and p.is_file())
@@ -159,14 +259,7 @@ def _open_split(path: str | None, hub_id: str | None, split: str, subset: str | 
     import datasets
 
     if hub_id is not None:
-        try:
-            ds = datasets.load_dataset(hub_id, subset, split=split, cache_dir=cache_dir)
-        except (ValueError, KeyError) as exc:  # unknown split or subset
-            raise ConfigError(key, split, f"{hub_id}: {str(exc).splitlines()[0]}") from None
-        except (OSError, ConnectionError) as exc:
-            raise DataError(f"{hub_id}: cannot be loaded ({str(exc).splitlines()[0]}); the hub must be reachable "
-                            "or the dataset in the datasets cache (HF_DATASETS_CACHE)") from None
-        return _from_dataset(ds, split, hub_id)
+        return _from_dataset(_load_hub(hub_id, subset, split, cache_dir, key), split, hub_id)
     folder = Path(path).expanduser()
     if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():
         try:
