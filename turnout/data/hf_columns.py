@@ -34,9 +34,14 @@ AUDIO_REFUSAL = ("is an audio column; audio is not supported (no log-mel feature
 
 
 def input_kind(feature) -> str:
-    """``image``, ``audio``, ``text`` or ``array`` for a ``datasets`` feature (``array`` for numbers too)."""
+    """``image``, ``audio``, ``text`` or ``array`` for a ``datasets`` feature (``array`` for numbers too);
+    ``unreadable`` for a column of mixed types (:class:`~.hf_source.Unreadable`)."""
     import datasets
 
+    from .hf_source import Unreadable
+
+    if isinstance(feature, Unreadable):
+        return "unreadable"
     if isinstance(feature, datasets.Image):
         return "image"
     if isinstance(feature, datasets.Audio):
@@ -142,6 +147,8 @@ def make_converter(split, column: str, kind: str, *, channels: int | None, seq_l
     """The converter of ``column``, its row shape found from the feature or the first row."""
     feature = split.features[column]
     found = input_kind(feature)
+    if found == "unreadable":
+        raise feature.refuse("input", column)
     if found == "audio":
         raise ConfigError("input", column, AUDIO_REFUSAL)
     if kind != "auto" and kind != found:

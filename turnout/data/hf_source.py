@@ -50,17 +50,43 @@ def require_datasets(key: str = "name", value: object = "huggingface") -> None:
         raise ConfigError(key, value, f"needs the Hugging Face `datasets` library, which is not installed: {HF_EXTRA}")
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """A column no key may name: the ``datasets`` library has no feature for its Arrow type (a union of ints and
+    strings), or the split's files store it as types of different kinds (ints in one file, strings in another).
+    It stands in the split's features, so a dataset that merely holds such a column still loads."""
+
+    what: str  # "mixes int64 and string values across the split's files (a.parquet: int64, b.parquet: string)"
+
+    def refuse(self, key: str, column: str) -> ConfigError:
+        return ConfigError(key, column, f"{self.what}; store the column as one type in every row and file (e.g. "
+                                        "cast it to string), or name another column")
+
+
 @dataclass
 class Split:
     """One split's rows: Arrow files on disk (``kind`` arrow or parquet) or an in-memory Arrow table."""
 
     name: str
-    features: object  # datasets.Features
+    features: object  # datasets.Features, or a dict with Unreadable columns
     num_rows: int
     files: list[str] = field(default_factory=list)
     kind: str = "arrow"
     table: object = None  # pyarrow.Table, when the rows are not in files
     source: str = ""  # what to name in error messages
+    schema: object = None  # pyarrow.Schema every file's batches are cast to, where the files' types differ
+
+    def _cast(self, arr, name: str):
+        """``arr`` (a column's chunk) as the type the split's files share (int32 in one file, int64 in another)."""
+        import pyarrow as pa
+
+        if self.schema is None or arr.type == (want := self.schema.field(name).type):
+            return arr
+        try:
+            return arr.cast(want)
+        except (pa.ArrowException, NotImplementedError) as exc:  # e.g. a uint64 id beyond int64 in another file
+            raise DataError(f"{self.source}: column {name!r} cannot be read as {want} in every file "
+                            f"({' '.join(str(exc).split())[:200]}); store it as one type") from None
 
     def column(self, name: str):
         """The whole column ``name`` as one pyarrow Array (for small columns: labels, ids)."""
@@ -69,13 +95,17 @@ class Split:
 
         if self.table is not None:
             return self.table.column(name).combine_chunks()
-        if self.kind == "parquet":
-            return pq.read_table(self.files, columns=[name]).column(name).combine_chunks()
         chunks = []
+        if self.kind == "parquet":
+            for f in self.files:  # file by file: one file's type must not decide how another's is parsed
+                chunks += [self._cast(c, name) for c in pq.read_table(f, columns=[name]).column(name).chunks]
+            if not chunks:
+                raise DataError(f"{self.source}: split {self.name!r} has no rows")
+            return pa.chunked_array(chunks, type=chunks[0].type).combine_chunks()
         for f in self.files:
             with pa.memory_map(f) as mm:
                 for batch in _arrow_reader(mm, f):
-                    chunks.append(batch.column(name))
+                    chunks.append(self._cast(batch.column(name), name))
                 # combine before the map closes: the copy owns its memory
                 out = pa.chunked_array(chunks, type=chunks[0].type).combine_chunks() if chunks else None
                 chunks = [out] if out is not None else []
@@ -89,6 +119,7 @@ class Split:
         import pyarrow.parquet as pq
 
         start = 0
+        want = None if self.schema is None else pa.schema([pa.field(c, self.schema.field(c).type) for c in columns])
         if self.table is not None:
             for b in self.table.select(columns).to_batches(max_chunksize=BATCH_ROWS):
                 yield start, b
@@ -97,13 +128,21 @@ class Split:
         for f in self.files:
             if self.kind == "parquet":
                 for b in pq.ParquetFile(f).iter_batches(batch_size=BATCH_ROWS, columns=columns):
-                    yield start, b
+                    yield start, self._cast_batch(b, want)
                     start += b.num_rows
                 continue
             with pa.OSFile(f) as src:  # plain reads: a memory map would keep every page it touched resident
                 for b in _arrow_reader(src, f):
-                    yield start, b.select(columns)
+                    yield start, self._cast_batch(b.select(columns), want)
                     start += b.num_rows
+
+    def _cast_batch(self, batch, want):
+        if want is None or batch.schema.types == want.types:
+            return batch
+        import pyarrow as pa
+
+        return pa.RecordBatch.from_arrays([self._cast(c, n) for c, n in zip(batch.columns, want.names)],
+                                          schema=want)
 
 
 def _arrow_reader(src, path: str):
@@ -122,13 +161,103 @@ def _arrow_reader(src, path: str):
     return (reader.get_batch(i) for i in range(reader.num_record_batches))
 
 
-def _features(schema, source: str):
+def _features(schema, unreadable: dict):
+    """The columns' ``datasets`` features (from the schema's metadata where it has them); a column the library
+    cannot read, or one of ``unreadable``, as an :class:`Unreadable` (refused only where a key names it)."""
     import datasets
+    import pyarrow as pa
 
-    try:
-        return datasets.Features.from_arrow_schema(schema)
-    except Exception as exc:  # an unknown type in the metadata of someone else's file
-        raise DataError(f"{source}: cannot read the column types ({exc})") from None
+    if not unreadable:
+        try:
+            return datasets.Features.from_arrow_schema(schema)
+        except Exception:  # a type without a feature (a union), or odd metadata: column by column below
+            pass
+    out = {}
+    for f in schema:
+        if f.name in unreadable:
+            out[f.name] = unreadable[f.name]
+            continue
+        for meta in (schema.metadata, None):
+            try:
+                out[f.name] = datasets.Features.from_arrow_schema(pa.schema([f], metadata=meta))[f.name]
+                break
+            except Exception:  # noqa: S112 - the metadata's description is optional: try without it
+                continue
+        else:
+            t = f.type
+            if pa.types.is_union(t):
+                members = " and ".join(dict.fromkeys(str(t.field(i).type) for i in range(t.num_fields)))
+                out[f.name] = Unreadable(f"mixes {members} values (an Arrow {t.mode} union column)")
+            else:
+                out[f.name] = Unreadable(f"holds {t} values, which the datasets library cannot read")
+    return out
+
+
+def _kind(t) -> object:
+    """What kind of values an Arrow type holds (int, float, str, a list of ...): files may store a column as
+    different types of one kind (int32 / int64, string / large_string), which are read as their common type."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(t):
+        return _kind(t.value_type)
+    for kind, test in (("null", pa.types.is_null), ("int", pa.types.is_integer), ("float", pa.types.is_floating),
+                       ("bool", pa.types.is_boolean)):
+        if test(t):
+            return kind
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "str"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "bytes"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return ("list", _kind(t.value_type))
+    if pa.types.is_struct(t):
+        return ("struct", tuple((t.field(i).name, _kind(t.field(i).type)) for i in range(t.num_fields)))
+    return str(t)
+
+
+def _reconcile(files: list[str], schemas: list, source: str):
+    """``(schema, unreadable)``: the type every file's column is read as, and the columns whose files hold values
+    of different kinds (ints in one, strings in another), described for a refusal."""
+    import pyarrow as pa
+
+    names = schemas[0].names
+    if len(set(names)) < len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise DataError(f"{source}: column {twice!r} appears more than once; give every column its own name")
+    if all(s.types == schemas[0].types for s in schemas):
+        return None, {}
+    fields, unreadable = [], {}
+    for i, name in enumerate(names):
+        types = [s.field(i).type for s in schemas]
+        plain = [t.value_type if pa.types.is_dictionary(t) else t for t in types]
+        target = None
+        if len({_kind(t) for t in plain} - {"null"}) <= 1:
+            try:
+                target = pa.unify_schemas([pa.schema([pa.field(name, t)]) for t in plain],
+                                          promote_options="permissive").field(0).type
+            except (pa.ArrowException, NotImplementedError):
+                target = None
+        if target is None:
+            first = {}
+            for f, t in zip(files, types):
+                first.setdefault(str(t), Path(f).name)
+            where = ", ".join(f"{f}: {t}" for t, f in first.items())
+            unreadable[name] = Unreadable(f"mixes {' and '.join(first)} values across the split's files ({where})")
+            target = types[0]
+        fields.append(pa.field(name, target))
+    return pa.schema(fields, metadata=schemas[0].metadata), unreadable
+
+
+def _arrow_schema(path: str):
+    """The schema of an Arrow IPC file (stream or file format), without reading its batches."""
+    import pyarrow as pa
+
+    with pa.memory_map(path) as mm:
+        try:
+            return pa.ipc.open_stream(mm).schema
+        except pa.ArrowInvalid:
+            mm.seek(0)
+        return pa.ipc.open_file(mm).schema
 
 
 def _from_dataset(ds, split: str, source: str) -> Split:
@@ -137,7 +266,15 @@ def _from_dataset(ds, split: str, source: str) -> Split:
     # A dataset whose rows are a selection or shuffle of its files (an indices mapping, which `datasets`
     # exposes only as this attribute) reads its own table instead; loaded and saved datasets have none.
     if files and getattr(ds, "_indices", None) is None:
-        return Split(split, ds.features, ds.num_rows, files=files, kind="arrow", source=source)
+        import pyarrow as pa
+
+        try:
+            schemas = [_arrow_schema(f) for f in files]
+        except (OSError, pa.ArrowException) as exc:
+            raise DataError(f"{source}: its Arrow files cannot be read ({' '.join(str(exc).split())[:200]})") from None
+        schema, unreadable = _reconcile(files, schemas, source)
+        features = ds.features if not unreadable else {**ds.features, **unreadable}
+        return Split(split, features, ds.num_rows, files=files, kind="arrow", source=source, schema=schema)
     return Split(split, ds.features, ds.num_rows, table=ds.with_format("arrow")[:], source=source)
 
 
@@ -262,10 +399,17 @@ def _open_split(path: str | None, hub_id: str | None, split: str, subset: str | 
         return _from_dataset(_load_hub(hub_id, subset, split, cache_dir, key), split, hub_id)
     folder = Path(path).expanduser()
     if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():
+        import pyarrow as pa
+
         try:
             ds = datasets.load_from_disk(str(folder))
-        except (OSError, ValueError) as exc:
-            raise DataError(f"{path}: cannot be read with load_from_disk ({str(exc).splitlines()[0]})") from None
+        except pa.ArrowTypeError as exc:  # its Arrow files' types differ: read them as files, column by column
+            files = _saved_files(folder, split)
+            if files is None:
+                raise DataError(f"{path}: cannot be read with load_from_disk ({_first_line(exc)})") from None
+            return _file_split(files, "arrow", split, path)
+        except (OSError, ValueError, TypeError, KeyError, pa.ArrowException) as exc:
+            raise DataError(f"{path}: cannot be read with load_from_disk ({_first_line(exc)})") from None
         if isinstance(ds, datasets.DatasetDict):
             if split not in ds:
                 raise ConfigError(key, split, f"{path} has the splits {', '.join(ds)}; choose one")
@@ -285,6 +429,28 @@ def _open_split(path: str | None, hub_id: str | None, split: str, subset: str | 
     return _file_split(sorted(map(str, files)), kind, split, path)
 
 
+def _first_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+def _saved_files(folder: Path, split: str) -> list[str] | None:
+    """The Arrow files ``save_to_disk`` listed for ``split`` in its ``state.json`` (names inside the folder only),
+    or ``None`` when they cannot be told."""
+    import json
+
+    sub = folder / split if (folder / "dataset_dict.json").is_file() else folder
+    if sub == folder and split != "train":  # one saved Dataset is split train only
+        return None
+    try:
+        names = [d["filename"] for d in json.loads((sub / "state.json").read_text())["_data_files"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not names or not all(isinstance(n, str) and n and Path(n).name == n and n.endswith(".arrow") for n in names):
+        return None
+    files = [sub / n for n in names]
+    return [str(f) for f in files] if all(f.is_file() for f in files) else None
+
+
 def _file_split(files: list[str], kind: str, split: str, source: str) -> Split:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -299,13 +465,15 @@ def _file_split(files: list[str], kind: str, split: str, source: str) -> Split:
             else:
                 with pa.memory_map(f) as mm:
                     batches = list(_arrow_reader(mm, f))  # zero-copy: counts rows without reading the data
-                    schemas.append(batches[0].schema if batches else pa.ipc.open_stream(mm).schema)
                     rows += sum(b.num_rows for b in batches)
+                schemas.append(batches[0].schema if batches else _arrow_schema(f))
         except (OSError, pa.ArrowException) as exc:
             raise DataError(f"{f}: cannot be read as {kind} ({str(exc).splitlines()[0]})") from None
     if any(s.names != schemas[0].names for s in schemas):
         raise DataError(f"{source}: the {split!r} files do not all have the same columns")
-    return Split(split, _features(schemas[0], source), rows, files=files, kind=kind, source=source)
+    schema, unreadable = _reconcile(files, schemas, source)
+    return Split(split, _features(schema or schemas[0], unreadable), rows, files=files, kind=kind, source=source,
+                 schema=schema)
 
 
 def local_path_problem(path: str) -> str | None:

@@ -33,7 +33,7 @@ from ..core.errors import ConfigError, DataError
 from .digits import server_test_mask
 from .federated import DataFootprint, FederatedDataset, InputScaling, offsets_from_counts
 from .hf_columns import AUDIO_REFUSAL, encode_labels, input_kind, make_converter
-from .hf_source import Split, local_path_problem, open_split, require_datasets
+from .hf_source import Split, Unreadable, local_path_problem, open_split, require_datasets
 from .partition import partitioner_columns, sets_num_clients
 from .pooled import PooledSplitConfig, split_rows
 from .registry import DATASETS, PARTITIONERS
@@ -157,18 +157,21 @@ class HuggingFaceDataset:
             cols = [self.label, self.client_id, *partitioner_columns(part_cls, part_cfg)]
             return list(dict.fromkeys(c for c in cols if c is not None))
 
+        def column_keys(self) -> list[tuple[str, str]]:
+            """``(key, column)`` for every column the config names: input, label, client id, the partition's."""
+            keys = [("input", self.input), ("label", self.label), ("client_id", self.client_id)]
+            by = "partition.options.partition_by" if self.partition.get("name") == "flower" else "partition.by"
+            keys += [(by, c) for c in self.columns_needed() if c not in (self.label, self.client_id)]
+            return [(k, c) for k, c in keys if c is not None]
+
         def _check_columns(self) -> None:
             """A local dataset's columns are known without reading its rows: name the missing one now."""
             split = open_split(self.path, None, self.split)
-            keys = {"input": self.input, "label": self.label, "client_id": self.client_id}
-            for key, col in [*keys.items(), *(("partition.by", c) for c in self.columns_needed())]:
-                if col is not None and col not in split.features:
-                    raise ConfigError(key, col, f"no such column in {self.path}; its columns are "
-                                                f"{', '.join(split.features)}")
+            check_columns(self, split)
             if input_kind(split.features[self.input]) == "audio":
                 raise ConfigError("input", self.input, AUDIO_REFUSAL)
             if self.test_split is not None:
-                open_split(self.path, None, self.test_split, key="test_split")
+                check_columns(self, open_split(self.path, None, self.test_split, key="test_split"), test=True)
 
     @classmethod
     def footprint(cls, cfg: "HuggingFaceDataset.Config") -> DataFootprint | None:
@@ -201,10 +204,9 @@ class HuggingFaceDataset:
         split = open_split(cfg.path, cfg.hub_id, cfg.split, cfg.subset, cfg.cache_dir)
         test = None if cfg.test_split is None else \
             open_split(cfg.path, cfg.hub_id, cfg.test_split, cfg.subset, cfg.cache_dir, key="test_split")
-        for key, col in (("input", cfg.input), ("label", cfg.label), ("client_id", cfg.client_id)):
-            if col is not None and col not in split.features:
-                raise ConfigError(key, col, f"no such column in {split.source}; its columns are "
-                                            f"{', '.join(split.features)}")
+        check_columns(cfg, split)
+        if test is not None:
+            check_columns(cfg, test, test=True)
         conv = _converter(cfg, split)
         scaling = _scaling(cfg, conv)
         # Pass 1: the small columns decide which rows are used, and where each goes.
@@ -226,11 +228,9 @@ class HuggingFaceDataset:
             pool, server = rows, None
             y_server = labels.test[test_rows]
         columns = {}
+        keys = {c: k for k, c in reversed(cfg.column_keys()) if k not in ("input", "label")}  # the id keys
         for c in cfg.columns_needed():
-            if c not in split.features:
-                raise ConfigError("partition.by", c, f"no such column in {split.source}")
-            key = "client_id" if c == cfg.client_id else "partition.by"
-            columns[c] = y_all[pool] if c == cfg.label else id_column(split, key, c)[pool]
+            columns[c] = y_all[pool] if c == cfg.label else id_column(split, keys[c], c)[pool]
         tr, te, n_train, n_test = split_rows(y_all[pool], cfg, seed, columns)
         if len(n_train) == 0:
             raise DataError(f"{split.source}: the partition made no clients")
@@ -258,6 +258,18 @@ class HuggingFaceDataset:
             x_server_test=x_server, y_server_test=y_server,
             num_classes=labels.num_classes, input_shape=conv.shape, client_names=names, input_scaling=scaling,
         )
+
+
+def check_columns(cfg: HuggingFaceDataset.Config, split: Split, test: bool = False) -> None:
+    """Every column the config names is in the split (a test split: the input and label) and readable, else one
+    line naming its key."""
+    keys = cfg.column_keys() if not test else [("input", cfg.input), ("label", cfg.label)]
+    for key, col in keys:
+        if col not in split.features:
+            where = f"{split.source} (split {split.name!r})" if test else split.source
+            raise ConfigError(key, col, f"no such column in {where}; its columns are {', '.join(split.features)}")
+        if isinstance(split.features[col], Unreadable):
+            raise split.features[col].refuse(key, col)
 
 
 def _scaling(cfg: HuggingFaceDataset.Config, conv) -> InputScaling | None:
