@@ -148,3 +148,60 @@ def test_a_minimum_size_flower_cannot_meet_is_one_line_naming_it():
     assert message.startswith("data.partition.options.min_partition_size = 1000: DirichletPartitioner: no draw gave "
                               "every client this many rows") and "\n" not in message
     assert not [w for w in caught if "min_partition_size" in str(w.message)]  # Flower's ten retry warnings
+
+
+def _digits_with(partition: dict, num_clients: int = 8):
+    variants = expand({"name": "f", "rounds": 1, "data": {"name": "digits", "num_clients": num_clients,
+                                                          "partition": {"name": "flower", **partition}}}, None)
+    return prepare(variants).dataset_for(variants[0], 0)
+
+
+def test_a_shard_partition_warns_of_nothing_and_a_missing_shard_option_is_named():
+    """Flower sorts the rows through `datasets`, whose pyarrow call warns of a deprecation (a FutureWarning each
+    run): not the user's to read. Without shard_size or num_shards_per_partition Flower refuses at load time."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        d = _digits_with({"partitioner": "ShardPartitioner",
+                          "options": {"partition_by": "label", "num_shards_per_partition": 2, "seed": 3}})
+        assert d.num_clients == 8 and (d.n_train + d.n_test > 0).all()
+        with pytest.raises(ConfigError) as exc:
+            _digits_with({"partitioner": "ShardPartitioner", "options": {"partition_by": "label"}})
+    assert not caught, [str(w.message) for w in caught]
+    assert str(exc.value).startswith("data.partition.options.shard_size = None: ShardPartitioner: The shard_size "
+                                     "needs to be specified if the num_shards_per_partition is None")
+
+
+def test_distribution_partitioner_takes_its_array_as_a_yaml_list(saved):
+    """YAML has lists, DistributionPartitioner wants a numpy array: the list is passed as one (it was refused)."""
+    path, train = saved
+    table = [[5, 5]] * 10  # 10 labels x (10 clients x 2 labels each / 10 labels) = 2 slots per label
+    opts = {"partition_by": "label", "num_unique_labels_per_partition": 2, "preassigned_num_samples_per_label": 1,
+            "seed": 4}
+    ours = turnout_sets(path, {"name": "flower", "partitioner": "DistributionPartitioner",
+                               "options": {**opts, "distribution_array": table}})
+    assert ours == flower_sets(train, fp.DistributionPartitioner(num_partitions=10, distribution_array=np.array(table),
+                                                                 **opts))
+    with pytest.raises(ConfigError) as exc:
+        _digits_with({"partitioner": "DistributionPartitioner",
+                      "options": {**opts, "distribution_array": [[1], [1, 2]]}})
+    assert str(exc.value).startswith("data.partition.options.distribution_array = [[1], [1, 2]]: must be a table of "
+                                     "numbers")
+
+
+@pytest.mark.parametrize("block,num_clients,needle", [
+    ({"partitioner": "IdToSizeFncPartitioner", "options": {"partition_id_to_size_fn": "len"}}, 8,
+     "data.partition.partitioner = 'IdToSizeFncPartitioner': takes a Python function"),
+    ({"partitioner": "SquarePartitioner"}, 100,
+     "data.num_clients = 100: SquarePartitioner: The given specification of the parameter num_partitions=100"),
+    ({"partitioner": "PathologicalPartitioner",
+      "options": {"partition_by": "label", "num_classes_per_partition": 2, "seed": 1.5}}, 8,
+     "data.partition.options.seed = 1.5: PathologicalPartitioner: SeedSequence expects int"),
+    ({"partitioner": "SizePartitioner", "options": {"partition_sizes": [1.5, 2]}}, 8,
+     "data.partition.options.partition_sizes = [1.5, 2]: SizePartitioner: All partition sizes must be integers"),
+])
+def test_flowers_refusals_name_the_option_or_num_clients(block, num_clients, needle):
+    with pytest.raises(ConfigError) as exc:
+        _digits_with(block, num_clients)
+    assert str(exc.value).startswith(needle) and "\n" not in str(exc.value), str(exc.value)

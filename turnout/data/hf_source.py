@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from ..core.errors import ConfigError, ConfigWarning, DataError
+from ..core.errors import ConfigError, ConfigWarning
 
 #: Rows per record batch when the storage does not fix the batches (parquet, in-memory tables).
 BATCH_ROWS = 4096
@@ -75,6 +75,20 @@ class Split:
     table: object = None  # pyarrow.Table, when the rows are not in files
     source: str = ""  # what to name in error messages
     schema: object = None  # pyarrow.Schema every file's batches are cast to, where the files' types differ
+    key: str = "path"  # the config key a file that cannot be read is refused under (hub_id for a hub dataset)
+
+    def _unreadable(self, f: str, exc: BaseException) -> ConfigError:
+        return ConfigError(self.key, self.source, f"{f}: cannot be read ({_first_line(exc)[:200]}); replace or "
+                                                  "remove the file")
+
+    def _checked(self, arr, f: str):
+        """``arr`` read from file ``f``, its buffers validated: a damaged file is refused, never read out of
+        bounds (Arrow IPC reads check the layout, not the offsets inside the buffers)."""
+        try:
+            arr.validate(full=True)
+        except Exception as exc:  # pyarrow raises ArrowInvalid, or others for odd types
+            raise self._unreadable(f, exc) from None
+        return arr
 
     def _cast(self, arr, name: str):
         """``arr`` (a column's chunk) as the type the split's files share (int32 in one file, int64 in another)."""
@@ -85,8 +99,8 @@ class Split:
         try:
             return arr.cast(want)
         except (pa.ArrowException, NotImplementedError) as exc:  # e.g. a uint64 id beyond int64 in another file
-            raise DataError(f"{self.source}: column {name!r} cannot be read as {want} in every file "
-                            f"({' '.join(str(exc).split())[:200]}); store it as one type") from None
+            raise ConfigError(self.key, self.source, f"column {name!r} cannot be read as {want} in every file "
+                                                     f"({_first_line(exc)[:200]}); store it as one type") from None
 
     def column(self, name: str):
         """The whole column ``name`` as one pyarrow Array (for small columns: labels, ids)."""
@@ -96,22 +110,24 @@ class Split:
         if self.table is not None:
             return self.table.column(name).combine_chunks()
         chunks = []
-        if self.kind == "parquet":
-            for f in self.files:  # file by file: one file's type must not decide how another's is parsed
-                chunks += [self._cast(c, name) for c in pq.read_table(f, columns=[name]).column(name).chunks]
-            if not chunks:
-                raise DataError(f"{self.source}: split {self.name!r} has no rows")
-            return pa.chunked_array(chunks, type=chunks[0].type).combine_chunks()
-        for f in self.files:
-            with pa.memory_map(f) as mm:
-                for batch in _arrow_reader(mm, f):
-                    chunks.append(self._cast(batch.column(name), name))
-                # combine before the map closes: the copy owns its memory
-                out = pa.chunked_array(chunks, type=chunks[0].type).combine_chunks() if chunks else None
-                chunks = [out] if out is not None else []
+        for f in self.files:  # file by file: one file's type must not decide how another's is parsed
+            try:
+                if self.kind == "parquet":
+                    chunks += [self._cast(self._checked(c, f), name)
+                               for c in pq.read_table(f, columns=[name]).column(name).chunks]
+                    continue
+                with pa.memory_map(f) as mm:
+                    for batch in _arrow_reader(mm, f):
+                        chunks.append(self._cast(self._checked(batch.column(name), f), name))
+                    # combine before the map closes: the copy owns its memory
+                    out = pa.chunked_array(chunks, type=chunks[0].type).combine_chunks() if chunks else None
+                    chunks = [out] if out is not None else []
+            except (OSError, pa.ArrowException) as exc:
+                raise self._unreadable(f, exc) from None
         if not chunks:
-            raise DataError(f"{self.source}: split {self.name!r} has no rows")
-        return chunks[0]
+            raise ConfigError("split", self.name, f"{self.source}: the split has no rows; choose a split that has "
+                                                  "some")
+        return pa.chunked_array(chunks, type=chunks[0].type).combine_chunks()
 
     def batches(self, columns: list[str]) -> Iterator[tuple[int, object]]:
         """``(first_row, record_batch)`` over the split in row order, holding one batch at a time."""
@@ -126,15 +142,18 @@ class Split:
                 start += b.num_rows
             return
         for f in self.files:
-            if self.kind == "parquet":
-                for b in pq.ParquetFile(f).iter_batches(batch_size=BATCH_ROWS, columns=columns):
-                    yield start, self._cast_batch(b, want)
-                    start += b.num_rows
-                continue
-            with pa.OSFile(f) as src:  # plain reads: a memory map would keep every page it touched resident
-                for b in _arrow_reader(src, f):
-                    yield start, self._cast_batch(b.select(columns), want)
-                    start += b.num_rows
+            try:
+                if self.kind == "parquet":
+                    for b in pq.ParquetFile(f).iter_batches(batch_size=BATCH_ROWS, columns=columns):
+                        yield start, self._cast_batch(self._checked(b, f), want)
+                        start += b.num_rows
+                    continue
+                with pa.OSFile(f) as src:  # plain reads: a memory map would keep every page it touched resident
+                    for b in _arrow_reader(src, f):
+                        yield start, self._cast_batch(self._checked(b.select(columns), f), want)
+                        start += b.num_rows
+            except (OSError, pa.ArrowException) as exc:
+                raise self._unreadable(f, exc) from None
 
     def _cast_batch(self, batch, want):
         if want is None or batch.schema.types == want.types:
@@ -157,7 +176,7 @@ def _arrow_reader(src, path: str):
     try:
         reader = pa.ipc.open_file(src)
     except pa.ArrowInvalid as exc:
-        raise DataError(f"{path}: not an Arrow IPC file ({exc})") from None
+        raise pa.ArrowInvalid(f"not an Arrow IPC file ({_first_line(exc)[:200]})") from None
     return (reader.get_batch(i) for i in range(reader.num_record_batches))
 
 
@@ -215,7 +234,7 @@ def _kind(t) -> object:
     return str(t)
 
 
-def _reconcile(files: list[str], schemas: list, source: str):
+def _reconcile(files: list[str], schemas: list, source: str, key: str = "path"):
     """``(schema, unreadable)``: the type every file's column is read as, and the columns whose files hold values
     of different kinds (ints in one, strings in another), described for a refusal."""
     import pyarrow as pa
@@ -223,7 +242,8 @@ def _reconcile(files: list[str], schemas: list, source: str):
     names = schemas[0].names
     if len(set(names)) < len(names):
         twice = next(n for n in names if names.count(n) > 1)
-        raise DataError(f"{source}: column {twice!r} appears more than once; give every column its own name")
+        raise ConfigError(key, source, f"column {twice!r} appears more than once in its files; give every column "
+                                       "its own name")
     if all(s.types == schemas[0].types for s in schemas):
         return None, {}
     fields, unreadable = [], {}
@@ -260,7 +280,7 @@ def _arrow_schema(path: str):
         return pa.ipc.open_file(mm).schema
 
 
-def _from_dataset(ds, split: str, source: str) -> Split:
+def _from_dataset(ds, split: str, source: str, key: str = "path") -> Split:
     """A ``datasets.Dataset`` (loaded or from disk) as a Split over its cache files, or over its table."""
     files = [f["filename"] for f in ds.cache_files]
     # A dataset whose rows are a selection or shuffle of its files (an indices mapping, which `datasets`
@@ -271,11 +291,11 @@ def _from_dataset(ds, split: str, source: str) -> Split:
         try:
             schemas = [_arrow_schema(f) for f in files]
         except (OSError, pa.ArrowException) as exc:
-            raise DataError(f"{source}: its Arrow files cannot be read ({' '.join(str(exc).split())[:200]})") from None
-        schema, unreadable = _reconcile(files, schemas, source)
+            raise ConfigError(key, source, f"its Arrow files cannot be read ({_first_line(exc)[:200]})") from None
+        schema, unreadable = _reconcile(files, schemas, source, key)
         features = ds.features if not unreadable else {**ds.features, **unreadable}
-        return Split(split, features, ds.num_rows, files=files, kind="arrow", source=source, schema=schema)
-    return Split(split, ds.features, ds.num_rows, table=ds.with_format("arrow")[:], source=source)
+        return Split(split, features, ds.num_rows, files=files, kind="arrow", source=source, schema=schema, key=key)
+    return Split(split, ds.features, ds.num_rows, table=ds.with_format("arrow")[:], source=source, key=key)
 
 
 def hub_unreachable(endpoint: str, seconds: float = PROBE_SECONDS) -> str | None:
@@ -396,7 +416,7 @@ def _open_split(path: str | None, hub_id: str | None, split: str, subset: str | 
     import datasets
 
     if hub_id is not None:
-        return _from_dataset(_load_hub(hub_id, subset, split, cache_dir, key), split, hub_id)
+        return _from_dataset(_load_hub(hub_id, subset, split, cache_dir, key), split, hub_id, "hub_id")
     folder = Path(path).expanduser()
     if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():
         import pyarrow as pa
@@ -406,10 +426,11 @@ def _open_split(path: str | None, hub_id: str | None, split: str, subset: str | 
         except pa.ArrowTypeError as exc:  # its Arrow files' types differ: read them as files, column by column
             files = _saved_files(folder, split)
             if files is None:
-                raise DataError(f"{path}: cannot be read with load_from_disk ({_first_line(exc)})") from None
+                raise ConfigError("path", path, f"cannot be read with load_from_disk ({_first_line(exc)})") from None
             return _file_split(files, "arrow", split, path)
         except (OSError, ValueError, TypeError, KeyError, pa.ArrowException) as exc:
-            raise DataError(f"{path}: cannot be read with load_from_disk ({_first_line(exc)})") from None
+            raise ConfigError("path", path, f"cannot be read with load_from_disk ({_first_line(exc)}); save it "
+                                            "again, or give a folder of parquet/arrow files") from None
         if isinstance(ds, datasets.DatasetDict):
             if split not in ds:
                 raise ConfigError(key, split, f"{path} has the splits {', '.join(ds)}; choose one")
@@ -424,7 +445,7 @@ def _open_split(path: str | None, hub_id: str | None, split: str, subset: str | 
                                       f"or files named {split}-*.parquet)")
     kinds = {p.suffix for p in files}
     if len(kinds) > 1:
-        raise DataError(f"{path}: split {split!r} mixes .parquet and .arrow files; keep one format")
+        raise ConfigError("path", path, f"split {split!r} mixes .parquet and .arrow files; keep one format")
     kind = kinds.pop().lstrip(".")
     return _file_split(sorted(map(str, files)), kind, split, path)
 
@@ -468,9 +489,11 @@ def _file_split(files: list[str], kind: str, split: str, source: str) -> Split:
                     rows += sum(b.num_rows for b in batches)
                 schemas.append(batches[0].schema if batches else _arrow_schema(f))
         except (OSError, pa.ArrowException) as exc:
-            raise DataError(f"{f}: cannot be read as {kind} ({str(exc).splitlines()[0]})") from None
+            raise ConfigError("path", source, f"{f}: cannot be read as {kind} ({_first_line(exc)[:200]}); replace "
+                                              "or remove the file") from None
     if any(s.names != schemas[0].names for s in schemas):
-        raise DataError(f"{source}: the {split!r} files do not all have the same columns")
+        raise ConfigError("path", source, f"the {split!r} files do not all have the same columns; give every file "
+                                          "of a split the same columns")
     schema, unreadable = _reconcile(files, schemas, source)
     return Split(split, _features(schema or schemas[0], unreadable), rows, files=files, kind=kind, source=source,
                  schema=schema)

@@ -171,7 +171,7 @@ class HuggingFaceDataset:
             if input_kind(split.features[self.input]) == "audio":
                 raise ConfigError("input", self.input, AUDIO_REFUSAL)
             if self.test_split is not None:
-                check_columns(self, open_split(self.path, None, self.test_split, key="test_split"), test=True)
+                check_columns(self, open_split(self.path, None, self.test_split, key="test_split"), split)
 
     @classmethod
     def footprint(cls, cfg: "HuggingFaceDataset.Config") -> DataFootprint | None:
@@ -206,13 +206,13 @@ class HuggingFaceDataset:
             open_split(cfg.path, cfg.hub_id, cfg.test_split, cfg.subset, cfg.cache_dir, key="test_split")
         check_columns(cfg, split)
         if test is not None:
-            check_columns(cfg, test, test=True)
+            check_columns(cfg, test, split)
         conv = _converter(cfg, split)
         scaling = _scaling(cfg, conv)
         # Pass 1: the small columns decide which rows are used, and where each goes.
         rows = _subset(split.num_rows, cfg.limit_train, data_seed, "limit-train")
         test_rows = None if test is None else _subset(test.num_rows, cfg.limit_test, data_seed, "limit-test")
-        label_columns = [split.column(cfg.label), None if test is None else test.column(cfg.label)]
+        label_columns = [_decoded(split.column(cfg.label)), None if test is None else _decoded(test.column(cfg.label))]
         for col in label_columns:
             if col is not None and col.null_count:
                 raise ConfigError("label", cfg.label, f"{col.null_count} of {len(col)} rows have no label (null); "
@@ -233,7 +233,8 @@ class HuggingFaceDataset:
             columns[c] = y_all[pool] if c == cfg.label else id_column(split, keys[c], c)[pool]
         tr, te, n_train, n_test = split_rows(y_all[pool], cfg, seed, columns)
         if len(n_train) == 0:
-            raise DataError(f"{split.source}: the partition made no clients")
+            raise ConfigError("partition", cfg.partition, f"made no clients of {split.source}'s rows; choose another "
+                                                          "partition or its options")
         src_tr, src_te = pool[tr], pool[te]
         del columns, tr, te, pool, rows  # pass 2 holds the arrays it fills, not pass 1's index arrays
         # Pass 2: every input row converted and written once, straight into its client-ordered place.
@@ -260,9 +261,17 @@ class HuggingFaceDataset:
         )
 
 
-def check_columns(cfg: HuggingFaceDataset.Config, split: Split, test: bool = False) -> None:
-    """Every column the config names is in the split (a test split: the input and label) and readable, else one
-    line naming its key."""
+def _decoded(col):
+    """A dictionary-encoded column (strings stored once each) as its plain values."""
+    import pyarrow as pa
+
+    return col.cast(col.type.value_type) if pa.types.is_dictionary(col.type) else col
+
+
+def check_columns(cfg: HuggingFaceDataset.Config, split: Split, train: Split | None = None) -> None:
+    """Every column the config names is in the split (a test split, given its ``train`` split: the input and label,
+    the input of the same kind) and readable, else one line naming its key."""
+    test = train is not None
     keys = cfg.column_keys() if not test else [("input", cfg.input), ("label", cfg.label)]
     for key, col in keys:
         if col not in split.features:
@@ -270,6 +279,9 @@ def check_columns(cfg: HuggingFaceDataset.Config, split: Split, test: bool = Fal
             raise ConfigError(key, col, f"no such column in {where}; its columns are {', '.join(split.features)}")
         if isinstance(split.features[col], Unreadable):
             raise split.features[col].refuse(key, col)
+    if test and (kind := input_kind(split.features[cfg.input])) != (ours := input_kind(train.features[cfg.input])):
+        raise ConfigError("test_split", split.name, f"its {cfg.input!r} column holds {kind} data, split "
+                                                    f"{train.name!r}'s {ours}; give splits of one kind")
 
 
 def _scaling(cfg: HuggingFaceDataset.Config, conv) -> InputScaling | None:
@@ -291,7 +303,7 @@ def _client_names(cfg: HuggingFaceDataset.Config, split: Split, first_rows: np.n
         return None
     import pyarrow as pa
 
-    column = split.column(by[0])
+    column = _decoded(split.column(by[0]))
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         codes, sorted_names = _ranked(column)
         return sorted_names[codes[first_rows]]
