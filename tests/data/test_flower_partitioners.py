@@ -197,7 +197,17 @@ def test_distribution_partitioner_takes_its_array_as_a_yaml_list(saved):
      "data.num_clients = 100: SquarePartitioner: The given specification of the parameter num_partitions=100"),
     ({"partitioner": "PathologicalPartitioner",
       "options": {"partition_by": "label", "num_classes_per_partition": 2, "seed": 1.5}}, 8,
-     "data.partition.options.seed = 1.5: PathologicalPartitioner: SeedSequence expects int"),
+     "data.partition.options.seed = 1.5: PathologicalPartitioner takes a whole number or null here"),
+    # Flower compares these values: a wrong type was a TypeError that named no option ('<=' not supported ...)
+    ({"partitioner": "ContinuousPartitioner", "options": {"partition_by": "label", "strictness": None}}, 8,
+     "data.partition.options.strictness = None: ContinuousPartitioner takes a number here"),
+    ({"partitioner": "ShardPartitioner", "options": {"partition_by": None, "shard_size": 5}}, 8,
+     "data.partition.options.partition_by = None: ShardPartitioner takes a column name (a string, e.g. label) here"),
+    ({"partitioner": "GroupedNaturalIdPartitioner", "options": {"partition_by": "label", "group_size": 0}}, 8,
+     "data.partition.options.group_size = 0: GroupedNaturalIdPartitioner takes a whole number >= 1 here"),  # was 1/0
+    ({"partitioner": "GroupedNaturalIdPartitioner", "options": {"partition_by": "label", "group_size": 2,
+                                                                "mode": "strictly"}}, 8,
+     "data.partition.options.mode = 'strictly': GroupedNaturalIdPartitioner takes one of 'allow-smaller', "),
     ({"partitioner": "SizePartitioner", "options": {"partition_sizes": [1.5, 2]}}, 8,
      "data.partition.options.partition_sizes = [1.5, 2]: SizePartitioner: All partition sizes must be integers"),
 ])
@@ -205,3 +215,34 @@ def test_flowers_refusals_name_the_option_or_num_clients(block, num_clients, nee
     with pytest.raises(ConfigError) as exc:
         _digits_with(block, num_clients)
     assert str(exc.value).startswith(needle) and "\n" not in str(exc.value), str(exc.value)
+
+
+def test_continuous_partitioner_splits_by_a_float_column_as_flower_does(tmp_path):
+    """Flower's ContinuousPartitioner splits by a continuous feature: a float column (refused before as 'not ids')."""
+    rng = np.random.default_rng(3)
+    n = 200
+    train = datasets.Dataset.from_dict({"row": [[float(i)] for i in range(n)], "label": rng.integers(0, 4, n).tolist(),
+                                        "size": rng.normal(size=n).tolist()})
+    test = datasets.Dataset.from_dict({"row": [[0.0]] * 10, "label": [0] * 10, "size": [0.0] * 10})
+    datasets.DatasetDict({"train": train, "test": test}).save_to_disk(str(tmp_path / "dd"))
+    opts = {"partition_by": "size", "strictness": 0.5, "seed": 11}
+    ours = turnout_sets(tmp_path / "dd", {"name": "flower", "partitioner": "ContinuousPartitioner", "options": opts},
+                        num_clients=5)
+    assert ours == flower_sets(train, fp.ContinuousPartitioner(num_partitions=5, **opts))
+    assert sorted(map(len, ours)) == [40] * 5
+    nan = train.map(lambda r, i: {"size": float("nan") if i == 3 else r["size"]}, with_indices=True)
+    datasets.DatasetDict({"train": nan, "test": test}).save_to_disk(str(tmp_path / "nan"))
+    with pytest.raises(ConfigError) as exc:
+        turnout_sets(tmp_path / "nan", {"name": "flower", "partitioner": "ContinuousPartitioner", "options": opts},
+                     num_clients=5)
+    assert str(exc.value).startswith("data.partition.options.partition_by = 'size': 1 of 200 rows are NaN")
+    # Every float a class of its own: Flower's class priors divide 0 by 0 (numpy warns), then it gives up
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(ConfigError) as exc:
+        warnings.simplefilter("always")
+        turnout_sets(tmp_path / "dd", {"name": "flower", "partitioner": "InnerDirichletPartitioner",
+                                       "options": {"partition_by": "size", "alpha": 1.0,
+                                                   "partition_sizes": [50, 50, 50]}}, num_clients=None)
+    assert not caught, [str(w.message) for w in caught]
+    assert str(exc.value).startswith("data.partition.options = {") and "InnerDirichletPartitioner: " in str(exc.value)

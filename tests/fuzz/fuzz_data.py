@@ -486,21 +486,43 @@ def _option_values(name: str, columns: list[str]) -> st.SearchStrategy:
     return st.one_of(base, base, base, fc.scalars())
 
 
+def _clean_values(name: str, columns: list[str]) -> st.SearchStrategy:
+    """Values of the right type and in range for a partitioner argument (what a careful user writes)."""
+    small = {"partition_by": st.sampled_from(columns), "alpha": st.floats(0.1, 5.0),
+             "min_partition_size": st.integers(0, 3), "strictness": st.floats(0.0, 1.0),
+             "seed": st.one_of(st.none(), st.integers(0, 2**31)), "num_shards_per_partition": st.integers(1, 3),
+             "shard_size": st.integers(1, 10), "num_classes_per_partition": st.integers(1, 5),
+             "class_assignment_mode": st.sampled_from(["random", "deterministic", "first-deterministic"]),
+             "group_size": st.integers(1, 4), "mode": st.sampled_from(["allow-smaller", "allow-bigger",
+                                                                       "drop-reminder", "strict"]),
+             "partition_sizes": st.lists(st.integers(1, 10), min_size=1, max_size=5),
+             "distribution_array": st.lists(st.lists(st.integers(1, 5), min_size=2, max_size=2), min_size=10,
+                                            max_size=10),
+             "num_unique_labels_per_partition": st.integers(1, 3),
+             "preassigned_num_samples_per_label": st.integers(0, 2)}
+    return small.get(name, st.booleans())
+
+
 @st.composite
 def flower_blocks(draw, columns: list[str] | None = None) -> dict:
     """``{name: flower, partitioner, options}``: a class of flwr_datasets (or a wrong name), some of its
-    arguments, each from :func:`_option_values`."""
+    arguments, each from :func:`_option_values`; half the blocks clean (a row partitioner, its required
+    arguments, values of the right types), so that runs get to Flower's own checks and past them."""
     import flwr_datasets.partitioner as fp
 
     columns = columns or ["label"]
-    name = draw(st.sampled_from(FLOWER_ROWS * 8 + FLOWER_NAMES[13:]))
+    clean = draw(st.booleans())
+    name = draw(st.sampled_from(FLOWER_ROWS if clean else FLOWER_ROWS * 8 + FLOWER_NAMES[13:]))
     cls = getattr(fp, name, None)
     params = [p for p in inspect.signature(cls).parameters if p != "num_partitions"] if isinstance(cls, type) else []
     required = [p for p in params if inspect.signature(cls).parameters[p].default is inspect.Parameter.empty]
-    chosen = required if not draw(fc.one_in(8)) else []  # now and then a required argument left out
+    chosen = required if clean or not draw(fc.one_in(8)) else []  # now and then a required argument left out
     chosen += draw(st.lists(st.sampled_from(params), max_size=3, unique=True)) if params else []
-    options = {p: draw(_option_values(p, columns)) for p in dict.fromkeys(chosen)}
+    values = _clean_values if clean else _option_values
+    options = {p: draw(values(p, columns)) for p in dict.fromkeys(chosen)}
     block = {"name": "flower", "partitioner": name, "options": options}
+    if clean:
+        return block
     if draw(fc.one_in(10)):
         block["options"]["num_partitions"] = 3
     if draw(fc.one_in(10)):

@@ -83,6 +83,38 @@ def flower_refusal(exc: Exception, options: dict, partitioner: str, prefix: str,
     return ConfigError(f"{prefix}.{key}", options[key], f"{partitioner}: {text}")
 
 
+#: Arguments that count something per client (Flower divides by some of them): at least 1.
+_COUNTS = ("group_size", "shard_size", "num_shards_per_partition", "num_classes_per_partition",
+           "num_unique_labels_per_partition")
+#: Errors Flower's own code raises for options it cannot work with, at construction or when it splits the rows.
+_FLOWER_ERRORS = (ValueError, TypeError, ArithmeticError, LookupError, AssertionError)
+#: What a value of a plain annotated type is called in a refusal.
+_TYPE_NAMES = {bool: "true or false", int: "a whole number", float: "a number", str: "a string", type(None): "null"}
+
+
+def _type_problem(annotation, value) -> str | None:
+    """What ``value`` should be (``None`` when it fits) for an argument annotated with plain types (int, float,
+    bool, str, None, Literal choices), checked at validation; other annotations (lists, arrays) are Flower's to check.
+    Flower compares or sorts these values, so a wrong type ended in a TypeError naming no option."""
+    if isinstance(annotation, str) or annotation is inspect.Parameter.empty:
+        return None
+    args = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
+        else (annotation,)
+    choices = [c for a in args if typing.get_origin(a) is typing.Literal for c in typing.get_args(a)]
+    plain = [a for a in args if typing.get_origin(a) is not typing.Literal]
+    if any(a not in _TYPE_NAMES for a in plain):
+        return None
+    fits = any(value == c and type(value) is type(c) for c in choices) or any(
+        value is None if a is type(None) else
+        isinstance(value, bool) if a is bool else
+        isinstance(value, (int, float)) and not isinstance(value, bool) if a is float else
+        isinstance(value, a) and not isinstance(value, bool) for a in plain)
+    if fits:
+        return None
+    names = [_TYPE_NAMES[a] for a in plain] + [f"one of {', '.join(repr(c) for c in choices)}"] * bool(choices)
+    return " or ".join(names)
+
+
 def _arrays_only(annotation) -> bool:
     """Whether an argument's annotation allows numpy arrays and no lists (DistributionPartitioner's
     distribution_array): a YAML list is then passed as an array."""
@@ -115,7 +147,7 @@ def build(cls, kwargs: dict, partitioner: str, prefix: str, num_clients: int | N
     kwargs = _as_flower_values(cls, kwargs, prefix)
     try:
         return cls(**kwargs)
-    except (ValueError, TypeError) as exc:
+    except _FLOWER_ERRORS as exc:
         raise flower_refusal(exc, kwargs, partitioner, prefix, num_clients) from None
 
 
@@ -146,6 +178,14 @@ class FlowerPartitioner:
                        and p != "num_partitions" and p not in self.options]
             if missing:
                 raise ConfigError(f"options.{missing[0]}", None, f"{self.partitioner} needs it")
+            for key, value in self.options.items():
+                wanted = _type_problem(params[key].annotation, value)
+                if key == "partition_by" and not (isinstance(value, str) and value):
+                    wanted = "a column name (a string, e.g. label)"
+                if key in _COUNTS and isinstance(value, int) and value < 1:  # Flower divides by group_size
+                    wanted = "a whole number >= 1"
+                if wanted:
+                    raise ConfigError(f"options.{key}", value, f"{self.partitioner} takes {wanted} here")
             trial = {**self.options, **({"num_partitions": 2} if "num_partitions" in params else {})}
             build(cls, trial, self.partitioner, "options")  # the class's own argument checks, now
             return self
@@ -194,12 +234,13 @@ class FlowerPartitioner:
         try:
             with warnings.catch_warnings():  # its retries warn once a draw; the refusal below says it once
                 warnings.filterwarnings("ignore", category=UserWarning, module="flwr_datasets")
-                # the libraries under Flower (datasets, pyarrow) warn of their own deprecations: not the user's
-                warnings.filterwarnings("ignore", category=FutureWarning)
-                warnings.filterwarnings("ignore", category=DeprecationWarning)
+                # the libraries under Flower (datasets, pyarrow, numpy) warn of their deprecations and of NaN
+                # arithmetic: not the user's to read (a NaN ends in Flower's refusal below)
+                for category in (FutureWarning, DeprecationWarning, RuntimeWarning):
+                    warnings.filterwarnings("ignore", category=category)
                 for i in range(flower.num_partitions):
                     rows = np.asarray(flower.load_partition(i)[_ROW], dtype=np.int64)
                     out[rows] = i
-        except (ValueError, TypeError) as exc:  # Flower's own refusals (no Dirichlet draw met min_partition_size)
+        except _FLOWER_ERRORS as exc:  # Flower's own refusals (no Dirichlet draw met min_partition_size)
             raise flower_refusal(exc, cfg.options, cfg.partitioner, "partition.options", num_clients) from None
         return out

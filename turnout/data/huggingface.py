@@ -230,7 +230,11 @@ class HuggingFaceDataset:
         columns = {}
         keys = {c: k for k, c in reversed(cfg.column_keys()) if k not in ("input", "label")}  # the id keys
         for c in cfg.columns_needed():
-            columns[c] = y_all[pool] if c == cfg.label else id_column(split, keys[c], c)[pool]
+            if c == cfg.label:
+                columns[c] = y_all[pool]
+            else:
+                flower = keys[c] == "partition.options.partition_by"  # Flower's column: floats too
+                columns[c] = id_column(split, keys[c], c, numbers=flower)[pool]
         tr, te, n_train, n_test = split_rows(y_all[pool], cfg, seed, columns)
         if len(n_train) == 0:
             raise ConfigError("partition", cfg.partition, f"made no clients of {split.source}'s rows; choose another "
@@ -330,19 +334,28 @@ def _subset(n: int, limit: int | None, seed: int, purpose: str) -> np.ndarray:
     return np.sort(rngmod.stream(seed, purpose).choice(n, size=limit, replace=False)).astype(np.int64)
 
 
-def id_column(split, key: str, name: str) -> np.ndarray:
+def id_column(split, key: str, name: str, numbers: bool = False) -> np.ndarray:
     """Column ``name`` of ``split`` as client ids or labels (:func:`_plain`), refused in one line naming ``key``
-    when it cannot be: values that are not integers or strings (an image, a list, a float), or missing ones."""
+    when it cannot be: values that are not integers or strings (an image, a list, a float), or missing ones.
+    ``numbers``: finite floats too (what Flower's ContinuousPartitioner splits by)."""
     import pyarrow as pa
 
     col = split.column(name)
     t = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
-    if not (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)):
-        raise ConfigError(key, name, f"the column holds {t} values, not ids (integers or strings); name a column "
-                                     "of writer/speaker ids or class labels")
+    floats = numbers and pa.types.is_floating(t)
+    if not (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t) or floats):
+        what = "ids or numbers (integers, floats or strings)" if numbers else "ids (integers or strings)"
+        raise ConfigError(key, name, f"the column holds {t} values, not {what}; name a column of writer/speaker "
+                                     "ids or class labels")
     if col.null_count:
         raise ConfigError(key, name, f"{col.null_count} of {len(col)} rows have no value (null); drop or fill "
                                      "them before the data is used")
+    if floats:
+        values = col.cast(t).to_numpy(zero_copy_only=False).astype(np.float64)
+        if not np.isfinite(values).all():
+            raise ConfigError(key, name, f"{int((~np.isfinite(values)).sum())} of {len(values)} rows are NaN or "
+                                         "infinite; drop or fill them before the data is used")
+        return values
     if pa.types.is_dictionary(col.type):
         col = col.cast(t)
     return _plain(col)
