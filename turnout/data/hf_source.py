@@ -1,9 +1,10 @@
 """One split of a Hugging Face dataset as Arrow record batches, read without holding the split in memory.
 
 A split is found three ways: a hub id through the ``datasets`` library (``load_dataset``, which
-uses the user's cache and downloads only where the library itself would), a folder written by
-``save_to_disk`` (``load_from_disk``), or a folder of ``.parquet`` / ``.arrow`` files. Either way
-the rows end up in Arrow files on disk, and they are read from there in two passes:
+uses the user's cache and downloads only where the library itself would; offline at once when the
+hub does not answer one quick probe), a folder written by ``save_to_disk`` (``load_from_disk``), or
+a folder of ``.parquet`` / ``.arrow`` files. Either way the rows end up in Arrow files on disk, and
+they are read from there in two passes:
 
 * :meth:`Split.column` reads the small columns (labels, writer ids) whole: from a memory map, so
   only those columns' pages are touched;
@@ -367,7 +368,7 @@ def _load_hub(hub_id: str, subset: str | None, split: str, cache_dir: str | None
         with _offline_hub() if offline else contextlib.nullcontext():
             ds = datasets.load_dataset(hub_id, subset, split=split, cache_dir=cache_dir)
     except (ValueError, KeyError) as exc:  # unknown split or subset
-        text = " ".join(str(exc).split())
+        text = _first_line(exc)
         if offline and "find cache" in text:  # the cache holds the dataset but not this subset
             raise ConfigError("subset", subset, f"{hub_id}: {offline}, and the datasets cache ({cache}) holds no "
                                                 f"such subset ({text}); {HUB_FIX}") from None
@@ -376,9 +377,8 @@ def _load_hub(hub_id: str, subset: str | None, split: str, cache_dir: str | None
         if offline:
             raise ConfigError("hub_id", hub_id, f"{offline}, and the dataset is not in the datasets cache "
                                                 f"({cache}); {HUB_FIX}") from None
-        text = " ".join(str(exc).split())[:300] or type(exc).__name__
-        raise ConfigError("hub_id", hub_id, f"cannot be loaded ({text}); check the id on the hub, or {HUB_FIX}") \
-            from None
+        raise ConfigError("hub_id", hub_id, f"cannot be loaded ({_first_line(exc)}); check the id on the hub, or "
+                                            f"{HUB_FIX}") from None
     if offline and not datasets.config.HF_HUB_OFFLINE:
         warnings.warn(ConfigWarning(f"data.hub_id = {hub_id!r}: {offline}; the copy in the datasets cache ({cache}) "
                                     "is used"), stacklevel=2)
