@@ -281,6 +281,15 @@ def test_clients_per_round_above_number_of_clients(tmp_path, capsys):
             "selector.clients_per_round = 50", "number of clients (6)")
 
 
+def test_an_out_under_new_folders_leaves_none_of_them_when_refused(tmp_path, capsys):
+    """The run folder's parents are made before the data is built; a refusal then removes the ones it made."""
+    path = write(tmp_path, config(selector={"name": "uniform", "clients_per_round": 50}))
+    (tmp_path / "kept").mkdir()
+    rc, out, err = cli(["run", str(path), "--out", str(tmp_path / "kept" / "a" / "b" / "run"), "--quiet"], capsys)
+    assert_bad_input(rc, out, err, "selector.clients_per_round = 50")
+    assert sorted(os.listdir(tmp_path)) == ["exp.yaml", "kept"] and not os.listdir(tmp_path / "kept")
+
+
 def test_clients_per_round_above_number_of_clients_in_a_later_variant(tmp_path, capsys):
     """The too-large cohort is only in the second variant: it must fail before the first one trains."""
     cfg = config(variants=[{"name": "fits", "set": {}},

@@ -148,3 +148,101 @@ def test_a_minimum_size_flower_cannot_meet_is_one_line_naming_it():
     assert message.startswith("data.partition.options.min_partition_size = 1000: DirichletPartitioner: no draw gave "
                               "every client this many rows") and "\n" not in message
     assert not [w for w in caught if "min_partition_size" in str(w.message)]  # Flower's ten retry warnings
+
+
+def _digits_with(partition: dict, num_clients: int = 8):
+    variants = expand({"name": "f", "rounds": 1, "data": {"name": "digits", "num_clients": num_clients,
+                                                          "partition": {"name": "flower", **partition}}}, None)
+    return prepare(variants).dataset_for(variants[0], 0)
+
+
+def test_a_shard_partition_warns_of_nothing_and_a_missing_shard_option_is_named():
+    """Flower sorts the rows through `datasets`, whose pyarrow call warns of a deprecation (a FutureWarning each
+    run): not the user's to read. Without shard_size or num_shards_per_partition Flower refuses at load time."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        d = _digits_with({"partitioner": "ShardPartitioner",
+                          "options": {"partition_by": "label", "num_shards_per_partition": 2, "seed": 3}})
+        assert d.num_clients == 8 and (d.n_train + d.n_test > 0).all()
+        with pytest.raises(ConfigError) as exc:
+            _digits_with({"partitioner": "ShardPartitioner", "options": {"partition_by": "label"}})
+    assert not caught, [str(w.message) for w in caught]
+    assert str(exc.value).startswith("data.partition.options.shard_size = None: ShardPartitioner: The shard_size "
+                                     "needs to be specified if the num_shards_per_partition is None")
+
+
+def test_distribution_partitioner_takes_its_array_as_a_yaml_list(saved):
+    """YAML has lists, DistributionPartitioner wants a numpy array: the list is passed as one (it was refused)."""
+    path, train = saved
+    table = [[5, 5]] * 10  # 10 labels x (10 clients x 2 labels each / 10 labels) = 2 slots per label
+    opts = {"partition_by": "label", "num_unique_labels_per_partition": 2, "preassigned_num_samples_per_label": 1,
+            "seed": 4}
+    ours = turnout_sets(path, {"name": "flower", "partitioner": "DistributionPartitioner",
+                               "options": {**opts, "distribution_array": table}})
+    assert ours == flower_sets(train, fp.DistributionPartitioner(num_partitions=10, distribution_array=np.array(table),
+                                                                 **opts))
+    with pytest.raises(ConfigError) as exc:
+        _digits_with({"partitioner": "DistributionPartitioner",
+                      "options": {**opts, "distribution_array": [[1], [1, 2]]}})
+    assert str(exc.value).startswith("data.partition.options.distribution_array = [[1], [1, 2]]: must be a table of "
+                                     "numbers")
+
+
+@pytest.mark.parametrize("block,num_clients,needle", [
+    ({"partitioner": "IdToSizeFncPartitioner", "options": {"partition_id_to_size_fn": "len"}}, 8,
+     "data.partition.partitioner = 'IdToSizeFncPartitioner': takes a Python function"),
+    ({"partitioner": "SquarePartitioner"}, 100,
+     "data.num_clients = 100: SquarePartitioner: The given specification of the parameter num_partitions=100"),
+    ({"partitioner": "PathologicalPartitioner",
+      "options": {"partition_by": "label", "num_classes_per_partition": 2, "seed": 1.5}}, 8,
+     "data.partition.options.seed = 1.5: PathologicalPartitioner takes a whole number or null here"),
+    # Flower compares these values: a wrong type was a TypeError that named no option ('<=' not supported ...)
+    ({"partitioner": "ContinuousPartitioner", "options": {"partition_by": "label", "strictness": None}}, 8,
+     "data.partition.options.strictness = None: ContinuousPartitioner takes a number here"),
+    ({"partitioner": "ShardPartitioner", "options": {"partition_by": None, "shard_size": 5}}, 8,
+     "data.partition.options.partition_by = None: ShardPartitioner takes a column name (a string, e.g. label) here"),
+    ({"partitioner": "GroupedNaturalIdPartitioner", "options": {"partition_by": "label", "group_size": 0}}, 8,
+     "data.partition.options.group_size = 0: GroupedNaturalIdPartitioner takes a whole number >= 1 here"),  # was 1/0
+    ({"partitioner": "GroupedNaturalIdPartitioner", "options": {"partition_by": "label", "group_size": 2,
+                                                                "mode": "strictly"}}, 8,
+     "data.partition.options.mode = 'strictly': GroupedNaturalIdPartitioner takes one of 'allow-smaller', "),
+    ({"partitioner": "SizePartitioner", "options": {"partition_sizes": [1.5, 2]}}, 8,
+     "data.partition.options.partition_sizes = [1.5, 2]: SizePartitioner: All partition sizes must be integers"),
+])
+def test_flowers_refusals_name_the_option_or_num_clients(block, num_clients, needle):
+    with pytest.raises(ConfigError) as exc:
+        _digits_with(block, num_clients)
+    assert str(exc.value).startswith(needle) and "\n" not in str(exc.value), str(exc.value)
+
+
+def test_continuous_partitioner_splits_by_a_float_column_as_flower_does(tmp_path):
+    """Flower's ContinuousPartitioner splits by a continuous feature: a float column (refused before as 'not ids')."""
+    rng = np.random.default_rng(3)
+    n = 200
+    train = datasets.Dataset.from_dict({"row": [[float(i)] for i in range(n)], "label": rng.integers(0, 4, n).tolist(),
+                                        "size": rng.normal(size=n).tolist()})
+    test = datasets.Dataset.from_dict({"row": [[0.0]] * 10, "label": [0] * 10, "size": [0.0] * 10})
+    datasets.DatasetDict({"train": train, "test": test}).save_to_disk(str(tmp_path / "dd"))
+    opts = {"partition_by": "size", "strictness": 0.5, "seed": 11}
+    ours = turnout_sets(tmp_path / "dd", {"name": "flower", "partitioner": "ContinuousPartitioner", "options": opts},
+                        num_clients=5)
+    assert ours == flower_sets(train, fp.ContinuousPartitioner(num_partitions=5, **opts))
+    assert sorted(map(len, ours)) == [40] * 5
+    nan = train.map(lambda r, i: {"size": float("nan") if i == 3 else r["size"]}, with_indices=True)
+    datasets.DatasetDict({"train": nan, "test": test}).save_to_disk(str(tmp_path / "nan"))
+    with pytest.raises(ConfigError) as exc:
+        turnout_sets(tmp_path / "nan", {"name": "flower", "partitioner": "ContinuousPartitioner", "options": opts},
+                     num_clients=5)
+    assert str(exc.value).startswith("data.partition.options.partition_by = 'size': 1 of 200 rows are NaN")
+    # Every float a class of its own: Flower's class priors divide 0 by 0 (numpy warns), then it gives up
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(ConfigError) as exc:
+        warnings.simplefilter("always")
+        turnout_sets(tmp_path / "dd", {"name": "flower", "partitioner": "InnerDirichletPartitioner",
+                                       "options": {"partition_by": "size", "alpha": 1.0,
+                                                   "partition_sizes": [50, 50, 50]}}, num_clients=None)
+    assert not caught, [str(w.message) for w in caught]
+    assert str(exc.value).startswith("data.partition.options = {") and "InnerDirichletPartitioner: " in str(exc.value)

@@ -231,9 +231,10 @@ def test_a_dataset_loaded_by_load_dataset_reads_its_cache_files(stored, tmp_path
     """The hub branch (``load_dataset``) on a local parquet folder: the rows come from the cache's Arrow files.
     (A config's hub_id must look like namespace/name; here the folder stands in for the hub, so that check is
     lifted: it is tested below.)"""
-    from turnout.data import huggingface
+    from turnout.data import hf_source, huggingface
 
     monkeypatch.setattr(huggingface, "is_hub_id", lambda _: True)
+    monkeypatch.setattr(hf_source, "hub_unreachable", lambda *a: None)  # a folder needs no hub: load it as online
     a = build(hub_id=str(stored["root"] / "pq"), cache_dir=str(tmp_path / "cache"), test_split="test",
               client_id="writer_id")
     b = build(path=str(stored["root"] / "dict"), test_split="test", client_id="writer_id")

@@ -1,4 +1,5 @@
-"""Property-based fuzzing of the input boundary: experiment files, ``--set``, trace ``.npz``, FedScale pickles.
+"""Property-based fuzzing of the input boundary: experiment files, ``--set``, trace ``.npz``, FedScale pickles,
+local Hugging Face datasets (parquet, Arrow, ``save_to_disk``) with their data blocks, Flower partitioners' options.
 
 For every generated input the CLI must either refuse it — exit 2, exactly one stderr line
 ``turnout: error: ...``, nothing written — or accept it — exit 0 with a complete run folder or output
@@ -7,8 +8,9 @@ file; never a traceback or an internal-error line, within bounded memory and tim
 beyond 32 levels) must be refused. The strategies (``fuzz_cases``) mutate small valid inputs and
 keep accepted runs tiny, so a case costs milliseconds.
 
-The default suite runs 200 cases in all; ``-m slow`` runs the long profile (2,100 cases) and prints
-its counts (also written as JSON to ``$TURNOUT_FUZZ_REPORT`` when set).
+The default suite runs 224 cases in all; ``-m slow`` runs the long profile (2,700 cases) and prints
+its counts (also written as JSON to ``$TURNOUT_FUZZ_REPORT`` when set). ``$TURNOUT_FUZZ_DATA_CASES`` sets how
+many cases each of the two data kinds runs in the default suite (a campaign without the slow profile).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 from pathlib import Path
 
 import fuzz_cases as fc
+import fuzz_data as fd
 import fuzz_harness as fh
 import pytest
 import yaml
@@ -29,8 +32,10 @@ from turnout.devices.fedscale import read_capacity_csv
 from turnout.traces import load_trace
 
 #: Cases per kind: the default suite, and the long profile (``-m slow``).
-DEFAULT = {"experiment": 80, "override": 50, "trace": 40, "pickle": 30}
-LONG = {"experiment": 800, "override": 500, "trace": 400, "pickle": 400}
+DEFAULT = {"experiment": 80, "override": 50, "trace": 40, "pickle": 30, "hf_data": 12, "flower": 12}
+LONG = {"experiment": 800, "override": 500, "trace": 400, "pickle": 400, "hf_data": 300, "flower": 300}
+for _kind in ("hf_data", "flower"):
+    DEFAULT[_kind] = int(os.environ.get("TURNOUT_FUZZ_DATA_CASES", DEFAULT[_kind]))
 #: Every n-th case of a kind also runs in a subprocess capped at 3 GiB of address space.
 SUBPROCESS_EVERY = {"default": 45, "long": 25}
 
@@ -119,12 +124,41 @@ def pickle_case(spec: dict, folder: Path) -> fh.Case:
                    extra_checks=[_imported_file_reads_back])
 
 
+def _with_path(tree, path: str):
+    """The experiment with the dataset's folder where the strategy wrote ``PATH``."""
+    if isinstance(tree, dict):
+        return {k: _with_path(v, path) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_with_path(v, path) for v in tree]
+    return path if tree == "PATH" else tree
+
+
+def hf_case(spec: dict, folder: Path) -> fh.Case:
+    root = folder / "ds"
+    notes, must_refuse = fd.write_dataset(spec["plan"], root)
+    path = folder / "exp.yaml"
+    path.write_text(fc.dump(_with_path(spec["experiment"], str(root))))
+    out = folder / "run"
+    return fh.Case("hf_data", ["run", str(path), "--out", str(out), "--quiet"], folder, fh._listing(folder), [out],
+                   must_refuse, describe="; ".join(x for x in (spec["describe"], notes) if x))
+
+
+def flower_case(spec: dict, folder: Path) -> fh.Case:
+    if spec["on_hf"]:
+        fd.write_dataset(fd.FLOWER_DATA, folder / "ds")
+    path = folder / "exp.yaml"
+    path.write_text(fc.dump(_with_path(spec["experiment"], str(folder / "ds"))))
+    out = folder / "run"
+    return fh.Case("flower", ["run", str(path), "--out", str(out), "--quiet"], folder, fh._listing(folder), [out],
+                   spec["must_refuse"], describe=spec["describe"])
+
+
 def _run(build, spec: dict, profile: str) -> str:
     with tempfile.TemporaryDirectory(prefix="turnout-fuzz-") as d:
         return fh.run_case(build(spec, Path(d)), SUBPROCESS_EVERY[profile])
 
 
-# --- the default suite: 200 cases ----------------------------------------------------------------------------------
+# --- the default suite: 224 cases ----------------------------------------------------------------------------------
 
 @seed(1)
 @fuzz_settings(DEFAULT["experiment"])
@@ -154,7 +188,21 @@ def test_fedscale_pickles(spec):
     _run(pickle_case, spec, "default")
 
 
-# --- the long profile: 2,100 cases ---------------------------------------------------------------------------------
+@seed(5)
+@fuzz_settings(DEFAULT["hf_data"])
+@given(fd.hf_experiments())
+def test_hf_datasets(spec):
+    _run(hf_case, spec, "default")
+
+
+@seed(6)
+@fuzz_settings(DEFAULT["flower"])
+@given(fd.flower_experiments())
+def test_flower_partitioners(spec):
+    _run(flower_case, spec, "default")
+
+
+# --- the long profile: 2,700 cases ---------------------------------------------------------------------------------
 
 @pytest.mark.slow
 @seed(11)
@@ -186,3 +234,19 @@ def test_trace_files_long(spec):
 @given(fc.fedscale_pickles())
 def test_fedscale_pickles_long(spec):
     _run(pickle_case, spec, "long")
+
+
+@pytest.mark.slow
+@seed(15)
+@fuzz_settings(LONG["hf_data"])
+@given(fd.hf_experiments())
+def test_hf_datasets_long(spec):
+    _run(hf_case, spec, "long")
+
+
+@pytest.mark.slow
+@seed(16)
+@fuzz_settings(LONG["flower"])
+@given(fd.flower_experiments())
+def test_flower_partitioners_long(spec):
+    _run(flower_case, spec, "long")

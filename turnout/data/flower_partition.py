@@ -14,6 +14,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import types
+import typing
 import warnings
 from typing import Any
 
@@ -29,6 +31,9 @@ FLOWER_EXTRA = "pip install -c constraints.txt 'turnout[flower-datasets]'"
 _ROW = "__turnout_row__"
 #: Partitioners that split columns, not rows: they have no client index sets.
 _NOT_ROWS = ("VerticalEvenPartitioner", "VerticalSizePartitioner", "Partitioner")
+#: Row partitioners an experiment file cannot configure, and why.
+_NOT_FROM_FILES = {"IdToSizeFncPartitioner": "takes a Python function (partition_id_to_size_fn), which an experiment "
+                                             "file cannot hold; use SizePartitioner with partition_sizes"}
 
 
 def _module():
@@ -43,34 +48,107 @@ def _partitioner_class(name: str):
     mod = _module()
     cls = getattr(mod, name, None)
     base = mod.Partitioner
+    if name in _NOT_FROM_FILES:
+        raise ConfigError("partitioner", name, _NOT_FROM_FILES[name])
     if name in _NOT_ROWS or not (isinstance(cls, type) and issubclass(cls, base)):
-        names = sorted(n for n in dir(mod) if n.endswith("Partitioner") and n not in _NOT_ROWS)
+        names = sorted(n for n in dir(mod) if n.endswith("Partitioner") and n not in _NOT_ROWS + tuple(_NOT_FROM_FILES))
         raise ConfigError("partitioner", name, f"not a row partitioner of flwr_datasets; one of: "
                                                f"{', '.join(names)}")
     return cls
 
 
-def flower_refusal(exc: Exception, options: dict, partitioner: str, prefix: str) -> ConfigError:
-    """Flower's own refusal as one line naming the option it is about (``prefix.KEY``, else ``prefix``)."""
+def flower_refusal(exc: Exception, options: dict, partitioner: str, prefix: str,
+                   num_clients: int | None = None) -> ConfigError:
+    """Flower's own refusal as one line naming the option it is about (``prefix.KEY``: one given, else an argument
+    the message names; else ``prefix``), or ``num_clients`` (Flower's num_partitions) when it is about that."""
     text = " ".join(str(exc).split())
     text = text if len(text) <= 300 else text[:297] + "..."
-    options = {k: v for k, v in options.items() if k not in ("num_partitions", "seed") or k in str(exc)}
+    low = text.lower()
+    if num_clients is not None and "num_partitions" in low:
+        return ConfigError("num_clients", num_clients, f"{partitioner}: {text}; lower num_clients (Flower's "
+                                                       "num_partitions)")
+    options = {k: v for k, v in options.items() if k not in ("num_partitions", "seed") or k.lower() in low}
     if "attempts" in text and "min_partition_size" in options:  # Dirichlet: no draw met the minimum size
         return ConfigError(f"{prefix}.min_partition_size", options["min_partition_size"],
                            f"{partitioner}: no draw gave every client this many rows ({text}); lower it or raise "
                            "alpha")
-    key = next((k for k in options if k.lower() in str(exc).lower()), None)
-    if key is None:
+    key = next((k for k in options if _named(k, low) >= 0), None)
+    if key is None:  # an argument left out (ShardPartitioner: "The shard_size needs to be specified ..."), first named
+        cls = getattr(importlib.import_module("flwr_datasets.partitioner"), partitioner, None)
+        params = [p for p in inspect.signature(cls).parameters if p != "num_partitions"] if cls else []
+        named = sorted((_named(p, low), p) for p in params if _named(p, low) >= 0)
+        if named:
+            return ConfigError(f"{prefix}.{named[0][1]}", options.get(named[0][1]), f"{partitioner}: {text}")
         return ConfigError(prefix, options, f"{partitioner}: {text}")
     return ConfigError(f"{prefix}.{key}", options[key], f"{partitioner}: {text}")
 
 
-def build(cls, kwargs: dict, partitioner: str, prefix: str):
+#: Arguments that count something per client (Flower divides by some of them): at least 1.
+_COUNTS = ("group_size", "shard_size", "num_shards_per_partition", "num_classes_per_partition",
+           "num_unique_labels_per_partition")
+#: Errors Flower's own code raises for options it cannot work with, at construction or when it splits the rows.
+_FLOWER_ERRORS = (ValueError, TypeError, ArithmeticError, LookupError, AssertionError)
+#: What a value of a plain annotated type is called in a refusal.
+_TYPE_NAMES = {bool: "true or false", int: "a whole number", float: "a number", str: "a string", type(None): "null"}
+
+
+def _type_problem(annotation, value) -> str | None:
+    """What ``value`` should be (``None`` when it fits) for an argument annotated with plain types (int, float,
+    bool, str, None, Literal choices), checked at validation; other annotations (lists, arrays) are Flower's to check.
+    Flower compares or sorts these values, so a wrong type ended in a TypeError naming no option."""
+    if isinstance(annotation, str) or annotation is inspect.Parameter.empty:
+        return None
+    args = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
+        else (annotation,)
+    choices = [c for a in args if typing.get_origin(a) is typing.Literal for c in typing.get_args(a)]
+    plain = [a for a in args if typing.get_origin(a) is not typing.Literal]
+    if any(a not in _TYPE_NAMES for a in plain):
+        return None
+    fits = any(value == c and type(value) is type(c) for c in choices) or any(
+        value is None if a is type(None) else
+        isinstance(value, bool) if a is bool else
+        isinstance(value, (int, float)) and not isinstance(value, bool) if a is float else
+        isinstance(value, a) and not isinstance(value, bool) for a in plain)
+    if fits:
+        return None
+    names = [_TYPE_NAMES[a] for a in plain] + [f"one of {', '.join(repr(c) for c in choices)}"] * bool(choices)
+    return " or ".join(names)
+
+
+def _arrays_only(annotation) -> bool:
+    """Whether an argument's annotation allows numpy arrays and no lists (DistributionPartitioner's
+    distribution_array): a YAML list is then passed as an array."""
+    args = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
+        else (annotation,)
+    return bool(args) and all(typing.get_origin(a) is np.ndarray or a is np.ndarray for a in args)
+
+
+def _as_flower_values(cls, kwargs: dict, prefix: str) -> dict:
+    """``kwargs`` with lists given for array-only arguments as numpy arrays (YAML has no arrays)."""
+    out = dict(kwargs)
+    for name, param in inspect.signature(cls).parameters.items():
+        if isinstance(out.get(name), list) and _arrays_only(param.annotation):
+            try:
+                out[name] = np.asarray(out[name])
+            except (ValueError, TypeError):  # ragged rows
+                raise ConfigError(f"{prefix}.{name}", out[name], "must be a table of numbers, every row of one "
+                                                                 "length") from None
+    return out
+
+
+def _named(arg: str, text: str) -> int:
+    """Where lower-case ``text`` names argument ``arg`` (as ``partition_sizes`` or ``partition sizes``), else -1."""
+    at = [i for i in (text.find(arg.lower()), text.find(arg.lower().replace("_", " "))) if i >= 0]
+    return min(at, default=-1)
+
+
+def build(cls, kwargs: dict, partitioner: str, prefix: str, num_clients: int | None = None):
     """``cls(**kwargs)``, its argument checks (ValueError, TypeError) refused as one line (:func:`flower_refusal`)."""
+    kwargs = _as_flower_values(cls, kwargs, prefix)
     try:
         return cls(**kwargs)
-    except (ValueError, TypeError) as exc:
-        raise flower_refusal(exc, kwargs, partitioner, prefix) from None
+    except _FLOWER_ERRORS as exc:
+        raise flower_refusal(exc, kwargs, partitioner, prefix, num_clients) from None
 
 
 @PARTITIONERS.register("flower")
@@ -100,6 +178,14 @@ class FlowerPartitioner:
                        and p != "num_partitions" and p not in self.options]
             if missing:
                 raise ConfigError(f"options.{missing[0]}", None, f"{self.partitioner} needs it")
+            for key, value in self.options.items():
+                wanted = _type_problem(params[key].annotation, value)
+                if key == "partition_by" and not (isinstance(value, str) and value):
+                    wanted = "a column name (a string, e.g. label)"
+                if key in _COUNTS and isinstance(value, int) and value < 1:  # Flower divides by group_size
+                    wanted = "a whole number >= 1"
+                if wanted:
+                    raise ConfigError(f"options.{key}", value, f"{self.partitioner} takes {wanted} here")
             trial = {**self.options, **({"num_partitions": 2} if "num_partitions" in params else {})}
             build(cls, trial, self.partitioner, "options")  # the class's own argument checks, now
             return self
@@ -142,15 +228,19 @@ class FlowerPartitioner:
                 raise ConfigError("partition.options.partition_by", by, "names no column of this dataset")
             data[by] = values.tolist() if values.dtype == object else values
         flower = build(_partitioner_class(cfg.partitioner), cls.kwargs(cfg, num_clients, rng), cfg.partitioner,
-                       "partition.options")
+                       "partition.options", num_clients)
         flower.dataset = datasets.Dataset.from_dict(data)
         out = np.full(len(labels), -1, dtype=np.int64)
         try:
             with warnings.catch_warnings():  # its retries warn once a draw; the refusal below says it once
                 warnings.filterwarnings("ignore", category=UserWarning, module="flwr_datasets")
+                # the libraries under Flower (datasets, pyarrow, numpy) warn of their deprecations and of NaN
+                # arithmetic: not the user's to read (a NaN ends in Flower's refusal below)
+                for category in (FutureWarning, DeprecationWarning, RuntimeWarning):
+                    warnings.filterwarnings("ignore", category=category)
                 for i in range(flower.num_partitions):
                     rows = np.asarray(flower.load_partition(i)[_ROW], dtype=np.int64)
                     out[rows] = i
-        except (ValueError, TypeError) as exc:  # Flower's own refusals (no Dirichlet draw met min_partition_size)
-            raise flower_refusal(exc, cfg.options, cfg.partitioner, "partition.options") from None
+        except _FLOWER_ERRORS as exc:  # Flower's own refusals (no Dirichlet draw met min_partition_size)
+            raise flower_refusal(exc, cfg.options, cfg.partitioner, "partition.options", num_clients) from None
         return out

@@ -33,7 +33,7 @@ from ..core.errors import ConfigError, DataError
 from .digits import server_test_mask
 from .federated import DataFootprint, FederatedDataset, InputScaling, offsets_from_counts
 from .hf_columns import AUDIO_REFUSAL, encode_labels, input_kind, make_converter
-from .hf_source import Split, local_path_problem, open_split, require_datasets
+from .hf_source import Split, Unreadable, local_path_problem, open_split, require_datasets
 from .partition import partitioner_columns, sets_num_clients
 from .pooled import PooledSplitConfig, split_rows
 from .registry import DATASETS, PARTITIONERS
@@ -157,18 +157,21 @@ class HuggingFaceDataset:
             cols = [self.label, self.client_id, *partitioner_columns(part_cls, part_cfg)]
             return list(dict.fromkeys(c for c in cols if c is not None))
 
+        def column_keys(self) -> list[tuple[str, str]]:
+            """``(key, column)`` for every column the config names: input, label, client id, the partition's."""
+            keys = [("input", self.input), ("label", self.label), ("client_id", self.client_id)]
+            by = "partition.options.partition_by" if self.partition.get("name") == "flower" else "partition.by"
+            keys += [(by, c) for c in self.columns_needed() if c not in (self.label, self.client_id)]
+            return [(k, c) for k, c in keys if c is not None]
+
         def _check_columns(self) -> None:
             """A local dataset's columns are known without reading its rows: name the missing one now."""
             split = open_split(self.path, None, self.split)
-            keys = {"input": self.input, "label": self.label, "client_id": self.client_id}
-            for key, col in [*keys.items(), *(("partition.by", c) for c in self.columns_needed())]:
-                if col is not None and col not in split.features:
-                    raise ConfigError(key, col, f"no such column in {self.path}; its columns are "
-                                                f"{', '.join(split.features)}")
+            check_columns(self, split)
             if input_kind(split.features[self.input]) == "audio":
                 raise ConfigError("input", self.input, AUDIO_REFUSAL)
             if self.test_split is not None:
-                open_split(self.path, None, self.test_split, key="test_split")
+                check_columns(self, open_split(self.path, None, self.test_split, key="test_split"), split)
 
     @classmethod
     def footprint(cls, cfg: "HuggingFaceDataset.Config") -> DataFootprint | None:
@@ -201,16 +204,15 @@ class HuggingFaceDataset:
         split = open_split(cfg.path, cfg.hub_id, cfg.split, cfg.subset, cfg.cache_dir)
         test = None if cfg.test_split is None else \
             open_split(cfg.path, cfg.hub_id, cfg.test_split, cfg.subset, cfg.cache_dir, key="test_split")
-        for key, col in (("input", cfg.input), ("label", cfg.label), ("client_id", cfg.client_id)):
-            if col is not None and col not in split.features:
-                raise ConfigError(key, col, f"no such column in {split.source}; its columns are "
-                                            f"{', '.join(split.features)}")
+        check_columns(cfg, split)
+        if test is not None:
+            check_columns(cfg, test, split)
         conv = _converter(cfg, split)
         scaling = _scaling(cfg, conv)
         # Pass 1: the small columns decide which rows are used, and where each goes.
         rows = _subset(split.num_rows, cfg.limit_train, data_seed, "limit-train")
         test_rows = None if test is None else _subset(test.num_rows, cfg.limit_test, data_seed, "limit-test")
-        label_columns = [split.column(cfg.label), None if test is None else test.column(cfg.label)]
+        label_columns = [_decoded(split.column(cfg.label)), None if test is None else _decoded(test.column(cfg.label))]
         for col in label_columns:
             if col is not None and col.null_count:
                 raise ConfigError("label", cfg.label, f"{col.null_count} of {len(col)} rows have no label (null); "
@@ -226,14 +228,17 @@ class HuggingFaceDataset:
             pool, server = rows, None
             y_server = labels.test[test_rows]
         columns = {}
+        keys = {c: k for k, c in reversed(cfg.column_keys()) if k not in ("input", "label")}  # the id keys
         for c in cfg.columns_needed():
-            if c not in split.features:
-                raise ConfigError("partition.by", c, f"no such column in {split.source}")
-            key = "client_id" if c == cfg.client_id else "partition.by"
-            columns[c] = y_all[pool] if c == cfg.label else id_column(split, key, c)[pool]
+            if c == cfg.label:
+                columns[c] = y_all[pool]
+            else:
+                flower = keys[c] == "partition.options.partition_by"  # Flower's column: floats too
+                columns[c] = id_column(split, keys[c], c, numbers=flower)[pool]
         tr, te, n_train, n_test = split_rows(y_all[pool], cfg, seed, columns)
         if len(n_train) == 0:
-            raise DataError(f"{split.source}: the partition made no clients")
+            raise ConfigError("partition", cfg.partition, f"made no clients of {split.source}'s rows; choose another "
+                                                          "partition or its options")
         src_tr, src_te = pool[tr], pool[te]
         del columns, tr, te, pool, rows  # pass 2 holds the arrays it fills, not pass 1's index arrays
         # Pass 2: every input row converted and written once, straight into its client-ordered place.
@@ -260,6 +265,29 @@ class HuggingFaceDataset:
         )
 
 
+def _decoded(col):
+    """A dictionary-encoded column (strings stored once each) as its plain values."""
+    import pyarrow as pa
+
+    return col.cast(col.type.value_type) if pa.types.is_dictionary(col.type) else col
+
+
+def check_columns(cfg: HuggingFaceDataset.Config, split: Split, train: Split | None = None) -> None:
+    """Every column the config names is in the split (a test split, given its ``train`` split: the input and label,
+    the input of the same kind) and readable, else one line naming its key."""
+    test = train is not None
+    keys = cfg.column_keys() if not test else [("input", cfg.input), ("label", cfg.label)]
+    for key, col in keys:
+        if col not in split.features:
+            where = f"{split.source} (split {split.name!r})" if test else split.source
+            raise ConfigError(key, col, f"no such column in {where}; its columns are {', '.join(split.features)}")
+        if isinstance(split.features[col], Unreadable):
+            raise split.features[col].refuse(key, col)
+    if test and (kind := input_kind(split.features[cfg.input])) != (ours := input_kind(train.features[cfg.input])):
+        raise ConfigError("test_split", split.name, f"its {cfg.input!r} column holds {kind} data, split "
+                                                    f"{train.name!r}'s {ours}; give splits of one kind")
+
+
 def _scaling(cfg: HuggingFaceDataset.Config, conv) -> InputScaling | None:
     """How uint8 images / arrays become floats in the model (text ids stay ids); checks the per-channel lengths."""
     if conv.dtype != np.uint8 or conv.kind == "text":
@@ -279,7 +307,7 @@ def _client_names(cfg: HuggingFaceDataset.Config, split: Split, first_rows: np.n
         return None
     import pyarrow as pa
 
-    column = split.column(by[0])
+    column = _decoded(split.column(by[0]))
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         codes, sorted_names = _ranked(column)
         return sorted_names[codes[first_rows]]
@@ -306,19 +334,28 @@ def _subset(n: int, limit: int | None, seed: int, purpose: str) -> np.ndarray:
     return np.sort(rngmod.stream(seed, purpose).choice(n, size=limit, replace=False)).astype(np.int64)
 
 
-def id_column(split, key: str, name: str) -> np.ndarray:
+def id_column(split, key: str, name: str, numbers: bool = False) -> np.ndarray:
     """Column ``name`` of ``split`` as client ids or labels (:func:`_plain`), refused in one line naming ``key``
-    when it cannot be: values that are not integers or strings (an image, a list, a float), or missing ones."""
+    when it cannot be: values that are not integers or strings (an image, a list, a float), or missing ones.
+    ``numbers``: finite floats too (what Flower's ContinuousPartitioner splits by)."""
     import pyarrow as pa
 
     col = split.column(name)
     t = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
-    if not (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)):
-        raise ConfigError(key, name, f"the column holds {t} values, not ids (integers or strings); name a column "
-                                     "of writer/speaker ids or class labels")
+    floats = numbers and pa.types.is_floating(t)
+    if not (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t) or floats):
+        what = "ids or numbers (integers, floats or strings)" if numbers else "ids (integers or strings)"
+        raise ConfigError(key, name, f"the column holds {t} values, not {what}; name a column of writer/speaker "
+                                     "ids or class labels")
     if col.null_count:
         raise ConfigError(key, name, f"{col.null_count} of {len(col)} rows have no value (null); drop or fill "
                                      "them before the data is used")
+    if floats:
+        values = col.cast(t).to_numpy(zero_copy_only=False).astype(np.float64)
+        if not np.isfinite(values).all():
+            raise ConfigError(key, name, f"{int((~np.isfinite(values)).sum())} of {len(values)} rows are NaN or "
+                                         "infinite; drop or fill them before the data is used")
+        return values
     if pa.types.is_dictionary(col.type):
         col = col.cast(t)
     return _plain(col)

@@ -127,8 +127,9 @@ def _os_error(key: str, path: Path, exc: OSError) -> ConfigError:
 class RunFolder:
     """An experiment's run folder, locked by this process for as long as the object lives."""
 
-    def __init__(self, out: Path, path: Path, lock_fd: int):
+    def __init__(self, out: Path, path: Path, lock_fd: int, made: tuple[Path, ...] = ()):
         self.out, self.path, self._lock_fd = Path(out), Path(path), lock_fd
+        self._made = made  # parent folders create() made, deepest first: discard() removes them again
 
     # ---- creating and reopening ----------------------------------------------------------------
     @classmethod
@@ -141,6 +142,7 @@ class RunFolder:
             cls.reopen(out)._release()  # busy → FolderBusy naming the holder; else a leftover:
             raise ConfigError("--out", str(out), f"{target.name} holds an unfinished run; resume it with "
                                                  f"`turnout resume {out}` or remove it")
+        made = tuple(p for p in [target.parent, *target.parent.parents] if not p.exists())
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{out.name[:100]}.starting-", dir=target.parent))
@@ -157,7 +159,7 @@ class RunFolder:
                 cls.reopen(out)._release()
                 raise ConfigError("--out", str(out), f"{target.name} was just created by another run") from None
             raise _os_error("--out", out, exc) from None
-        return cls(out, target, fd)
+        return cls(out, target, fd, made)
 
     @classmethod
     def reopen(cls, given: Path) -> "RunFolder":
@@ -192,6 +194,11 @@ class RunFolder:
     def discard(self) -> None:
         """Remove the folder (a run that failed before any unit ran leaves nothing behind)."""
         shutil.rmtree(self.path, ignore_errors=True)
+        for parent in self._made:  # an --out under new folders leaves none of them
+            try:
+                parent.rmdir()
+            except OSError:
+                break
         self._release()
 
     def complete(self) -> Path:
