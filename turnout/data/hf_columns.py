@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.errors import ConfigError
+from .hf_source import Unreadable
 from .shakespeare import LEAF_VOCAB, encode
 
 #: Character ids of text inputs and labels: LEAF's alphabet plus one out-of-vocabulary id.
@@ -37,8 +38,6 @@ def input_kind(feature) -> str:
     """``image``, ``audio``, ``text`` or ``array`` for a ``datasets`` feature (``array`` for numbers too);
     ``unreadable`` for a column of mixed types (:class:`~.hf_source.Unreadable`)."""
     import datasets
-
-    from .hf_source import Unreadable
 
     if isinstance(feature, Unreadable):
         return "unreadable"
