@@ -16,8 +16,7 @@ import torch
 from pydantic import Field, model_validator
 
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
-from .stale_aware import UNBOUNDED
-from .staleness import MaxStaleness, StalenessConfig, staleness_weights
+from .staleness import MaxStaleness, StalenessConfig, TakesStaleReports, staleness_weights
 
 
 class FedAsyncConfig(MaxStaleness):
@@ -36,11 +35,10 @@ class FedAsyncConfig(MaxStaleness):
 
 
 @ALGORITHMS.register("fedasync")
-class FedAsync(Algorithm):
+class FedAsync(TakesStaleReports, Algorithm):
     """FedAsync: x ← (1 − α s(τ)) x + α s(τ) (x_origin + Δ) for every report, in arrival order."""
 
     Config = FedAsyncConfig
-    uses_stale_updates = True
     reads_origin_models = True
     scratch_attrs = ("last_alpha_mean",)
 
@@ -48,9 +46,6 @@ class FedAsync(Algorithm):
         super().__init__(cfg, ctx)
         self.last_alpha_mean = float("nan")
 
-    @property
-    def max_staleness(self) -> int:
-        return UNBOUNDED if self.cfg.max_staleness is None else int(self.cfg.max_staleness)
 
     def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
         alphas = self.cfg.alpha * staleness_weights(self.cfg.staleness, reports.staleness)

@@ -23,8 +23,8 @@ from pydantic import Field, model_validator
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import FedAvgConfig
 from .server_optim import AdaptiveStep
-from .stale_aware import UNBOUNDED, StaleServerOptimizer
-from .staleness import MaxStaleness, StalenessConfig, staleness_weights
+from .stale_aware import StaleServerOptimizer
+from .staleness import MaxStaleness, StalenessConfig, TakesStaleReports, staleness_weights
 
 
 class FedBuffConfig(FedAvgConfig, MaxStaleness):
@@ -46,11 +46,10 @@ class FedBuffConfig(FedAvgConfig, MaxStaleness):
 
 
 @ALGORITHMS.register("fedbuff")
-class FedBuff(Algorithm):
+class FedBuff(TakesStaleReports, Algorithm):
     """FedBuff: the staleness-weighted mean of a buffer of K reports, then one server step (SGD, Adam or Yogi)."""
 
     Config = FedBuffConfig
-    uses_stale_updates = True
     state_attrs = ("momentum_buf", "opt")
     scratch_attrs = ("last_weight_mean",)
 
@@ -61,9 +60,6 @@ class FedBuff(Algorithm):
         self.opt = AdaptiveStep(opt, opt.name) if opt.name != "none" else None
         self.last_weight_mean = float("nan")
 
-    @property
-    def max_staleness(self) -> int:
-        return UNBOUNDED if self.cfg.max_staleness is None else int(self.cfg.max_staleness)
 
     def buffer_mean(self, reports: Reports) -> torch.Tensor:
         """Σ (v_i/Σv) s(τ_i) Δ_i, with FedAvg's arithmetic (so that s ≡ 1 gives FedAvg's mean bit for bit)."""

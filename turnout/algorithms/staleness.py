@@ -21,7 +21,7 @@ from pydantic import Field
 
 from ..config.base import StrictModel
 from ..config.limits import MAX_ROUNDS, MAX_SCALE
-from .stale_aware import refl_deviation, staleness_factors
+from .stale_aware import UNBOUNDED, refl_deviation, staleness_factors
 
 
 class StalenessConfig(StrictModel):
@@ -62,4 +62,15 @@ class MaxStaleness(StrictModel):
                                                      "work counts as wasted); unset: keep every report")
 
 
-__all__ = ["MaxStaleness", "StalenessConfig", "staleness_weights"]
+class TakesStaleReports:
+    """Mixin of the asynchronous rules: every arriving report is aggregated, up to the ``max_staleness`` option."""
+
+    uses_stale_updates = True
+
+    @property
+    def max_staleness(self) -> int:
+        bound = self.cfg.max_staleness
+        return UNBOUNDED if bound is None else int(bound)
+
+
+__all__ = ["MaxStaleness", "StalenessConfig", "TakesStaleReports", "staleness_weights"]
