@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 
 RECORDS = Path(__file__).parent / "records"
 
@@ -22,6 +21,3 @@ def load_record(mechanism: str) -> dict:
     return rec
 
 
-@pytest.fixture
-def record(request):
-    return load_record(request.param)
