@@ -10,14 +10,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 
 RECORDS = Path(__file__).parent / "records"
 
 
-def load_record(mechanism: str) -> dict:
+def read_record(mechanism: str) -> dict:
     """The record of ``mechanism`` (its cases, and the repository commit they came from)."""
     rec = json.loads((RECORDS / f"{mechanism}.json").read_text())
     assert rec["cases"], f"{mechanism}: the record has no cases"
     return rec
 
 
+
+
+@pytest.fixture
+def load_record():
+    """``load_record("gluefl")``: the record of a mechanism (a fixture, so test files need no import)."""
+    return read_record
