@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-
 RECORDS = Path(__file__).parent / "records"
 
 
@@ -21,8 +20,6 @@ def read_record(mechanism: str) -> dict:
     rec = json.loads((RECORDS / f"{mechanism}.json").read_text())
     assert rec["cases"], f"{mechanism}: the record has no cases"
     return rec
-
-
 
 
 @pytest.fixture
