@@ -69,15 +69,15 @@ def test_pacer_relaxes_the_duration_threshold_when_utility_stalls():
         c = sel.select(ctx(w, r, np.arange(40), 4)).clients
         thresholds.append(float(sel.threshold))
         sel.observe(feedback(r, c, duration[c], np.ones(len(c))))
-    # Pacer windows close at Oort rounds T = 40, 60, 80 (round index 39, 59, 79). At T = 40 the first
-    # window still holds the two exploration-only rounds without exploitation (utility 0), a change
-    # of 11 % > 10 %; from then on the utility is flat and every window relaxes the threshold by 5.
-    assert sel.util_history[0] == 0.0 and np.ptp(sel.util_history[20:]) < 0.01
-    assert set(thresholds[:59]) == {30.0}
-    assert thresholds[59] == 35.0 and thresholds[78] == 35.0 and thresholds[79] == 40.0
-    # the preferred duration follows the threshold: 40th percentile of the known durations
+    # Round 0 is the client manager's uniform draw, so Oort's T equals the round index and pacer windows
+    # close at rounds 40, 60, 80. T = 1 had no exploited clients yet (utility 0), so the first two
+    # windows differ by 5 % (380 vs 400) ≤ 10 %: every window relaxes the threshold by 5.
+    assert sel.util_history[0] == 0.0 and np.ptp(sel.util_history[1:]) < 0.01
+    assert set(thresholds[:40]) == {30.0}
+    assert thresholds[40] == 35.0 and thresholds[59] == 35.0 and thresholds[60] == 40.0 and thresholds[80] == 45.0
+    # the preferred duration follows the threshold: 45th percentile of the known durations
     known = np.sort(duration)
-    assert float(sel.prefer_duration) == known[int(40 * 0.40)]
+    assert float(sel.prefer_duration) == known[int(40 * 0.45)]
 
 
 def test_pacer_tightens_the_threshold_when_utility_jumps():
@@ -87,20 +87,52 @@ def test_pacer_tightens_the_threshold_when_utility_jumps():
     def jump(r, c):
         return np.full(len(c), 1.0 if r < 20 else 50.0)
 
-    run(sel, w, duration, 40, 4, loss=jump)
+    run(sel, w, duration, 41, 4, loss=jump)  # the window closes at T = 40: round 40 (round 0 is not Oort's)
     assert float(sel.threshold) == 25.0
 
 
 def test_exploration_decays_to_its_floor_and_explores_large_clients_first():
     n = 100
     w = world(n, n_train=np.arange(1, n + 1) * 10)
-    sel = oort(w, clients_per_round=4)
+    sel = oort(w, clients_per_round=4, first_round="oort")
     first = sel.select(ctx(w, 0, np.arange(n), 4)).clients
     assert float(sel.exploration) == pytest.approx(0.9 * 0.98)
     assert (first >= n - 20).all()  # drawn among the top sample_window·4 = 20 by data size
     for r in range(1, 80):
         sel.select(ctx(w, r, np.arange(n), 4))
     assert float(sel.exploration) == pytest.approx(0.3)
+
+
+def test_the_first_round_is_a_uniform_draw_and_oorts_counter_starts_at_the_second():
+    """FedScale's client manager draws round 0 uniformly; Oort's T (ε, pacer, ln T) counts Oort's own calls."""
+    n = 100
+    w = world(n, n_train=np.arange(1, n + 1) * 10)
+    sel = oort(w, clients_per_round=4)
+    first = sel.select(ctx(w, 0, np.arange(n), 4)).clients
+    assert float(sel.exploration) == 0.9 and int(sel.oort_calls) == 0 and len(sel.util_history) == 0
+    assert (first < n - 20).any()  # not the data-size exploration: seed 0's draw includes a small client
+    sel.observe(feedback(0, first, np.ones(4), np.ones(4)))
+    sel.select(ctx(w, 1, np.arange(n), 4))
+    assert float(sel.exploration) == pytest.approx(0.9 * 0.98) and int(sel.oort_calls) == 1  # FedScale: 0.88200
+    sel.select(ctx(w, 2, np.arange(10), 10))  # every available client fits: launched without calling Oort
+    assert int(sel.oort_calls) == 1 and int(sel.selections) == 3
+
+
+def test_a_straggler_gets_the_mean_utility_reported_this_round():
+    """FedScale's ``last_round_avg_util`` / REFL's ``avgUtilLastEpoch``: this round's reporters only."""
+    w = world(6, n_train=np.full(6, 100))
+    sel = oort(w, clients_per_round=4)
+    sel.observe(feedback(0, [0, 1], [1.0, 1.0], [5.0, 7.0]))  # an earlier round: rewards 20·5, 20·7
+    sel.observe(feedback(1, [2, 3, 4, 5], [1, 1, 9, 9], [1.0, 2.0, np.nan, np.nan],
+                         aggregated=[True, True, False, False]))
+    np.testing.assert_array_equal(sel.reward[2:], [20.0, 40.0, 30.0, 30.0])  # not (100+140+20+40)/4 = 75
+    np.testing.assert_array_equal(sel.last_round[2:], [2, 2, 2, 2])
+    sel.observe(feedback(2, [0, 1], [1, 1], [np.nan, np.nan], aggregated=[False, False]))
+    np.testing.assert_array_equal(sel.reward[:2], [0.0, 0.0])  # nobody reported: 0, as the code's sum / max(1, 0)
+    late = oort(w, clients_per_round=4, straggler_round="next")
+    late.observe(feedback(1, [2, 3, 4, 5], [1, 1, 9, 9], [1.0, 2.0, np.nan, np.nan],
+                          aggregated=[True, True, False, False]))
+    np.testing.assert_array_equal(late.last_round[2:], [2, 2, 3, 3])
 
 
 def test_score_clips_at_the_95th_percentile_and_adds_the_staleness_bonus():

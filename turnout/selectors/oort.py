@@ -5,10 +5,16 @@ struct-of-arrays over the population; one selection is a few vector passes over 
 
 **Utility.** After a client runs, its statistical utility is ``reward_i = |B_i|·ℓ_i`` with
 ``|B_i| = min(|D_i|, samples trained)`` and its duration is its completion time (``finish_s``).
-Clients that ran but were not aggregated (stragglers, drop-outs) get the mean utility of the
-explored clients, as FedScale does. Unexplored clients carry their data size as reward.
+Clients that ran but were not aggregated (stragglers, drop-outs) get the mean utility reported in
+their round (0 when nobody reported), as FedScale and REFL do. Unexplored clients carry their data
+size as reward.
 
-**Score of an explored client** (round ``T`` = round + 1, as Oort counts from 1)::
+**Round counter.** As FedScale's client manager, the first round is a uniform draw and a round whose
+available clients all fit in the cohort launches them all; neither calls Oort. Oort's ``T`` counts its
+own calls from 1, so ε, the pacer and ``ln T`` follow the code (``first_round: oort`` runs Oort from
+the first round instead).
+
+**Score of an explored client** (at Oort's ``T``)::
 
     (min(reward, clip) − min)/range + sqrt(0.1·ln T / last_i)      clip = clip_bound percentile
     × (T_pref / duration)^round_penalty      if duration > T_pref
@@ -43,8 +49,11 @@ Deviations, each deliberate:
   we allow all explored clients and clamp the cut-off index instead.
 - Reward normalisation (min, range, clip) uses the explored available clients; the code also
   mixes in the unexplored clients' data sizes.
-- When every available client fits in the cohort, all are launched (as the client manager does
-  before calling Oort); the pacer and ε still advance every round.
+- FedScale stamps a straggler with the round after the one it ran in (its counter has moved on by the
+  time it registers them); turnout stamps the round it ran in (``straggler_round: next`` for the code's).
+- Once every available client has been explored, FedScale's Oort still adds its last exploration list
+  to each cohort (it is reset only when unexplored clients exist): stale picks, sometimes duplicates of
+  exploited ones. That is an authors' bug; turnout launches the current picks only.
 - Blacklisting is disabled, as in REFL (``blacklist_rounds = −1``).
 """
 
@@ -134,9 +143,15 @@ class OortSelector(Selector):
         unfilled: Literal["random", "exploit"] = Field(
             "random", description="random: pad a short cohort with random available clients (REFL); exploit: "
                                   "exploration slots without unexplored clients go to exploitation first")
+        first_round: Literal["uniform", "oort"] = Field(
+            "uniform", description="uniform: the first round is a uniform draw and Oort's counter starts at "
+                                   "the second (FedScale's client manager); oort: Oort from the first round")
+        straggler_round: Literal["this", "next"] = Field(
+            "this", description="round stamped on a launched client that did not report (the bonus's last_i): "
+                                "this round, or the next (FedScale's code)")
 
     state_attrs = ("reward", "duration", "last_round", "count", "explored", "successful", "last_exploit",
-                   "util_history", "exploration", "threshold", "prefer_duration")
+                   "util_history", "exploration", "threshold", "prefer_duration", "selections", "oort_calls")
 
     def __init__(self, cfg: Config, world: WorldContext):
         super().__init__(cfg, world)
@@ -154,6 +169,8 @@ class OortSelector(Selector):
         self.exploration = np.float64(cfg.exploration_factor)
         self.threshold = np.float64(cfg.round_threshold)
         self.prefer_duration = np.float64(np.inf)
+        self.selections = np.int64(0)  # select() calls (FedScale's client-manager count)
+        self.oort_calls = np.int64(0)  # of which Oort ran: Oort's round counter T
 
     def target(self) -> int:
         return self.cfg.clients_per_round
@@ -209,13 +226,20 @@ class OortSelector(Selector):
 
     def select(self, ctx: SelectionContext) -> Cohort:
         cfg, rng = self.cfg, ctx.rng
-        t = ctx.round + 1
+        feasible = without(np.asarray(ctx.available, dtype=np.int64), ctx.pending_clients, self.num_clients)
+        n = min(int(ctx.launch), len(feasible))
+        self.selections += 1
+        if n == len(feasible) or (self.selections == 1 and cfg.first_round == "uniform"):
+            # FedScale's client manager launches every available client when they all fit and draws its first
+            # round uniformly; neither calls Oort, so Oort's round counter, ε and pacer stay where they are
+            picked = feasible if n == len(feasible) else rng.choice(feasible, size=n, replace=False)
+            return self._cohort(picked)
+        self.oort_calls += 1
+        t = int(self.oort_calls)  # Oort's T: its own calls, from 1
         self.pacer(t)
         self.prefer_duration = np.float64(self.preferred_duration())
         self.exploration = np.float64(max(self.exploration * cfg.exploration_decay, cfg.exploration_min))
 
-        feasible = without(np.asarray(ctx.available, dtype=np.int64), ctx.pending_clients, self.num_clients)
-        n = min(int(ctx.launch), len(feasible))
         explored = feasible[self.explored[feasible]]
         unexplored = feasible[~self.explored[feasible]]
 
@@ -248,7 +272,11 @@ class OortSelector(Selector):
             rest = without(feasible, picked, self.num_clients)
             picked = np.concatenate([picked, rng.choice(rest, size=n - len(picked), replace=False)])
         self.last_exploit = exploit
-        clients = np.sort(picked)
+        return self._cohort(picked)
+
+    def _cohort(self, picked: np.ndarray) -> Cohort:
+        cfg = self.cfg
+        clients = np.sort(np.asarray(picked, dtype=np.int64))
         w = self.n_train[clients].astype(np.float64) if cfg.weighting == "n_samples" else np.ones(len(clients))
         return Cohort(clients, w, normalize=True, target=min(self.target(), len(clients)))
 
@@ -266,11 +294,12 @@ class OortSelector(Selector):
         self.reward[c[measured]] = size[measured] * np.abs(loss[measured])
         self.explored[c[measured]] = True
         others = c[~measured]
-        if len(others):  # FedScale: clients that did not deliver get the mean utility of the explored
-            pool = self.reward[self.explored]
-            if len(pool):
-                self.reward[others] = float(pool.mean())
+        if len(others):  # FedScale and REFL: the mean utility reported this round (0 when nobody reported)
+            got = self.reward[c[measured]]
+            self.reward[others] = float(got.mean()) if len(got) else 0.0
         self.explored[c] = True
         self.last_round[c] = feedback.round + 1
+        if self.cfg.straggler_round == "next":  # FedScale stamps them after its round counter has moved on
+            self.last_round[others] = feedback.round + 2
         self.count[c] += 1
         self.successful[c] = True
