@@ -7,8 +7,11 @@ starting with ``safa``) is a combination of seams:
   ``N_t = ⌊|online| · target_ratio⌋`` reports (paper: 0.1; [AMBIG] ``run_E2.sh`` uses 0.8 — we follow
   the paper);
 * round mode ``{name: deadline, deadline_s: 100, max_reports: target}``: the first ``N_t`` on-time
-  reports are aggregated, the others (on time beyond the quota, or past the deadline) keep going and
-  arrive later as stale reports (REFL's straggler cache, REFL §4.2);
+  reports are aggregated, the others are late reports (REFL's straggler cache, REFL §4.2): those past
+  the deadline arrive in a later round as stale reports; those on time beyond the quota reach the
+  server before the close and are aggregated in the round with staleness 0 — every on-time report
+  is used, as in REFL's code, whose deadline cut replaces the quota whenever a client is late
+  (``advance: last_arrival`` closes the round at the quota's last report instead);
 * algorithm ``safa`` (below): stale reports are used up to a staleness bound of 5 rounds
   (``max_staleness``), no IPS.
 

@@ -31,8 +31,10 @@ REFL §4.1 and Algorithm 1 (REFL / "RELAY", Abdelmoniem et al., EuroSys 2023, as
 Deviations, each deliberate:
 
 - The code's draw takes ``min(target, len − 1)`` clients ([QUIRK]); we take ``min(target, len)``.
-- The code thins the priority and non-priority lists separately; with a continuous probability
-  there are no lists, so the hidden share is drawn from the whole pool (same share in expectation).
+- The code thins the priority and non-priority lists separately, keeping ``⌊0.9·len⌋`` of each, so a
+  list of 1-10 clients always loses exactly one (a lone priority client is never kept). With a
+  continuous probability there are no lists: turnout hides ``n − ⌊accuracy·n⌋`` clients of the whole
+  pool at random, so a priority client is hidden with probability ≈ 1 − accuracy whatever their number.
 - The code removes recently-run clients *after* sampling and replaces them with random online
   clients; we follow the paper ("participants hold from checking in"): they are not in the
   ranked pool, and random cooldown clients only fill a pool that is too small.
