@@ -197,3 +197,13 @@ def test_every_changed_attribute_is_declared(case, build_simulation):
     sim.release()
     undeclared = [p for seam, obj in parts.items() for p in _undeclared_changes(obj, before[seam], seam)]
     assert not undeclared, f"attributes that change during a run but are not in state_attrs/scratch_attrs: {undeclared}"
+
+
+def test_numpy_scalars_round_trip_with_their_type_even_when_infinite():
+    """np.float64 is a float subclass: it must not take the plain-float path (repr 'np.float64(inf)' broke)."""
+    state = {"t_pref": np.float64(np.inf), "calls": np.int64(3), "plain": float("-inf"), "x": 0.5}
+    arrays, meta = encode_state(state)
+    back = decode_state(arrays, json.loads(json.dumps(meta)))
+    assert type(back["t_pref"]) is np.float64 and back["t_pref"] == np.inf
+    assert type(back["calls"]) is np.int64 and back["calls"] == 3
+    assert back["plain"] == -math.inf and back["x"] == 0.5

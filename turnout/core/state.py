@@ -112,12 +112,12 @@ def encode_state(tree: Any) -> tuple[dict[str, np.ndarray], Any]:
     def enc(v: Any) -> Any:
         if v is None or isinstance(v, (bool, str)):
             return v
+        if isinstance(v, np.generic):  # before int/float: np.float64 is a float, and must come back as one
+            return {"$scalar": put(np.asarray(v))}
         if isinstance(v, int):
             return v
         if isinstance(v, float):
             return v if math.isfinite(v) else {"$float": repr(v)}
-        if isinstance(v, np.generic):
-            return {"$scalar": put(np.asarray(v))}
         if isinstance(v, np.ndarray):
             if v.dtype.hasobject:
                 raise TypeError("object arrays cannot be checkpointed")
