@@ -137,7 +137,7 @@ PAGES: dict[str, Page] = {
         tuple(Setting(n, "experiments/fedsum/digits.yaml", (a,)) for n, a in FEDSUM_P)
         + (Setting("Cases-1-4", "experiments/fedsum/cases.yaml"),),
         ("final_loss", "final_accuracy", "best_accuracy", "tau_max", "tau_avg", "bytes_down", "bytes_up"),
-        Slice("P1-m10", 3), curve_x=("round", "cum_bytes_up+cum_bytes_down"),
+        Slice("P1-m10", 3), curve_x=("round", "cum_vectors_up+cum_vectors_down"),
         tune=Tune(tuple(Setting(f"tune {n}", "experiments/fedsum/tune.yaml", (a,)) for n, a in FEDSUM_P),
                   "train.lr", "final_loss",
                   why="FedSUM App. H: one learning rate, the best of a grid search on FedAvg, for every algorithm")),

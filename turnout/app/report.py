@@ -322,6 +322,37 @@ PAIRING = ("Each cell: the mean over seeds of the per-seed difference (variant â
            "negative difference favours the variant.")
 
 
+#: columns the report derives from a rounds table: communication counted in model-sized vectors, as FedSUM's
+#: Fig. 1(b) counts it â€” the cumulative bytes divided by the bytes of one dense model vector (the run summary's
+#: ``vector_bytes``), whatever the algorithm sends (FedSUM's two downlink vectors show as two, a compressed
+#: upload as a fraction of one)
+VECTOR_COLUMNS = {"cum_vectors_up": "cum_bytes_up", "cum_vectors_down": "cum_bytes_down"}
+
+
+def _with_vectors(folder: Path, rows: list[dict], names: list[str]) -> list[dict]:
+    """``rows`` with the :data:`VECTOR_COLUMNS` among ``names`` added (bytes / the run's ``vector_bytes``)."""
+    wanted = [n for n in names if n in VECTOR_COLUMNS]
+    if not wanted or not rows:
+        return rows
+    size = {(r["variant"], r["seed"]): r.get("vector_bytes") for r in load_runs(folder)["runs"]}
+    out = []
+    for row in rows:
+        vb = size.get((row["variant"], _seed(row["seed"])))
+        if not vb:
+            raise DataError(f"{folder}: the run summary of {row['variant']} seed {row['seed']} has no vector_bytes "
+                            f"(runs made before turnout recorded it); re-run it to plot against {', '.join(wanted)}")
+        out.append({**row, **{n: float(row[VECTOR_COLUMNS[n]]) / vb for n in wanted}})
+    return out
+
+
+def _seed(value) -> object:
+    """A rounds-table seed (a string in CSV tables) as the summary spells it (an int)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return value
+
+
 def _x_value(row: dict, x: str) -> float | None:
     """The x coordinate of a rounds-table row: ``round`` (1-based), one column, or a sum ``a+b`` of columns."""
     if x == "round":
@@ -352,9 +383,11 @@ def _curves(folder: Path, column: str, x: str = "round", points: int = 100
     every seed covers, and the mean and std are taken there.
     """
     rows = list(_rows(folder))
+    x_columns = x.split("+") if x != "round" else []
     if rows:
         _check_columns(folder, rows[0], "--curve", [column])
-        _check_columns(folder, rows[0], "--curve-x", x.split("+") if x != "round" else [])
+        _check_columns(folder, {**rows[0], **dict.fromkeys(VECTOR_COLUMNS)}, "--curve-x", x_columns)
+        rows = _with_vectors(folder, rows, x_columns)
     per: dict[str, dict[object, list[tuple[float, float]]]] = {}
     for row in rows:
         value = row[column]
@@ -389,6 +422,8 @@ def _x_label(x: str) -> tuple[str, float]:
     """Axis label and scale of an x column (bytes in MB)."""
     if x == "round":
         return "round", 1.0
+    if "vectors" in x:
+        return f"{x.replace('+', ' + ')} (model-sized vectors)", 1.0
     if "bytes" in x:
         return f"{x.replace('+', ' + ')} (MB)", 1e-6
     if x.endswith("resource_s"):
