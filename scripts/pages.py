@@ -113,6 +113,9 @@ DL = "round_mode={name: deadline, deadline_s: 60}"
 GLUEFL_METRICS = ("bytes_down_to_target", "bytes_up_to_target", "download_time_to_target_s", "sim_time_to_target_s",
                   "rounds_to_target", "final_accuracy")
 
+#: variants of the FedGS page that the 1,000-round runs leave out (they repeat others there)
+FEDGS_1000_SKIP = ("FedProx mu=0.01", "FedGS a=0.5", "FedGS a=2", "FedGS a=5")
+
 #: the async page's variants: FedAsync runs 2,000 updates (one per arrival), the others 200 rounds of 10 reports
 ASYNC_ONE_AT_A_TIME = ("FedAsync (C=20)", "FedAsync (C=50)")
 ASYNC_BATCHED = ("FedAvg (wait all)", "FedAvg (deadline 60 s)", "SAFA", "REFL (IPS + SAA, deadline 60 s)",
@@ -192,6 +195,22 @@ PAGES: dict[str, Page] = {
         ("final_accuracy", "sim_time_to_target_s", "sim_time_s", "reports_aggregated", "staleness_mean",
          "bytes_up", "bytes_down", "resource_s", "wasted_s"),
         Slice("sync + FedBuff", 3), curve="accuracy", curve_x=("sim_time_s", "cum_resource_s")),
+    # FedGS Table 4: the oracle 3DG against the two learned ones, under the FedGS page's availability modes
+    "fedgs_graphs": Page(
+        "FedGS Table 4 (Synthetic(0.5, 0.5)): oracle against learned 3DGs at laptop scale",
+        tuple(Setting(s.name, "experiments/fedgs/graphs.yaml", s.sets) for s in (
+            _fedgs_synthetic("IDL", "{name: idl}"), _fedgs_synthetic("LN-0.5", "{name: ln, beta: 0.5}"),
+            _fedgs_synthetic("SLN-0.5", "{name: sln, beta: 0.5}"),
+            _fedgs_synthetic("LDF-0.7", "{name: ldf, beta: 0.7}"),
+            _fedgs_synthetic("MDF-0.7", "{name: mdf, beta: 0.7}"))),
+        ("best_loss", "final_accuracy", "selection_count_var"), Slice("LN-0.5", 4)),
+    # the FedGS page's IDL and MDF at the paper's 1,000 rounds (the page runs 500), without the variants that
+    # page shows to repeat others (FedProx μ = 0.01 = MDSample; α = 0.5, 2, 5 within ±0.003 of α = 0 and 1)
+    "fedgs_1000": Page(
+        "FedGS Table 2 (Synthetic(0.5, 0.5)) under IDL and MDF at the paper's 1,000 rounds",
+        tuple(Setting(f"{s.name}-1000r", s.config, (*s.sets, "rounds=1000"), skip=FEDGS_1000_SKIP) for s in (
+            _fedgs_synthetic("IDL", "{name: idl}"), _fedgs_synthetic("MDF-0.7", "{name: mdf, beta: 0.7}"))),
+        ("best_loss", "final_accuracy", "selection_count_var"), Slice("MDF-0.7-1000r", 3)),
 }
 
 
