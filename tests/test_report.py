@@ -234,3 +234,37 @@ def test_curves_against_a_cumulative_column_interpolate_each_seed(tmp_path):
     assert "against cum_bytes_down (MB)" in text and (tmp_path / "p" / "accuracy_vs_cum_bytes_down.png").is_file()
     assert main(["report", str(folder), "--out", str(page), "--curve", "accuracy", "--curve-x", "bytes"]) == 2
     assert main(["report", str(folder), "--out", str(page), "--provenance", "nokey"]) == 2
+
+
+def test_x39fed_curves_against_communicated_vectors(tmp_path, simulate, tiny):
+    """FedSUM Fig. 1(b) counts communication in model-sized vectors: the report divides the cumulative bytes by
+    the run's vector_bytes. Worked by hand: vector_bytes 100 B; variant a sends 1 vector down and 1 up a round
+    (200 B), variant b 2 down and 1 up (300 B), so after rounds 1, 2, 3 they have sent 2, 4, 6 and 3, 6, 9
+    vectors; loss = 1/round."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    runs = [{"variant": v, "seed": 0, "final_loss": 1 / 3, "wall_s": 1.0, "vector_bytes": 100} for v in "ab"]
+    (folder / "summary.json").write_text(json.dumps({"versions": {}, "runs": runs}))
+    down = {"a": 100, "b": 200}
+    lines = ["variant,seed,round,loss,cum_bytes_up,cum_bytes_down"]
+    lines += [f"{v},0,{t},{1 / (t + 1)},{(t + 1) * 100},{(t + 1) * down[v]}" for v in "ab" for t in range(3)]
+    (folder / "rounds.csv").write_text("\n".join(lines) + "\n")
+    x, mean, _, _ = _curves(folder, "loss", "cum_vectors_up+cum_vectors_down", points=3)["a"]
+    assert x.tolist() == [2, 4, 6] and mean.tolist() == pytest.approx([1, 1 / 2, 1 / 3])
+    x, mean, _, _ = _curves(folder, "loss", "cum_vectors_down", points=3)["b"]
+    assert x.tolist() == [2, 4, 6]  # two downlink vectors a round
+    x, _, _, _ = _curves(folder, "loss", "cum_vectors_up+cum_vectors_down", points=3)["b"]
+    assert x.tolist() == [3, 6, 9]
+    page = tmp_path / "p.md"
+    assert main(["report", str(folder), "--out", str(page), "--metric", "final_loss",
+                 "--curve-x", "cum_vectors_up+cum_vectors_down"]) == 0
+    assert "against cum_vectors_up + cum_vectors_down (model-sized vectors)" in page.read_text()
+    # a run folder made before runs recorded vector_bytes cannot be plotted so, and says why
+    (folder / "summary.json").write_text(json.dumps({"versions": {}, "runs": [
+        {k: x for k, x in r.items() if k != "vector_bytes"} for r in runs]}))
+    assert main(["report", str(folder), "--out", str(page), "--curve-x", "cum_vectors_down"]) == 2
+    # the engine records vector_bytes: tiny's logistic regression on 60 features and 10 classes has
+    # 60·10 + 10 = 610 float32 parameters, 2,440 B; FedAvg sends each of the 4 clients one vector each way
+    _, res = simulate(tiny)
+    assert res.summary["vector_bytes"] == 2440
+    assert res.rounds[0]["bytes_up"] == res.rounds[0]["bytes_down"] == 4 * 2440

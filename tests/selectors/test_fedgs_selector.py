@@ -471,3 +471,32 @@ output: {progress: false, plots: false}
     rows = list(csv.DictReader(open(tmp_path / "out" / "rounds.csv")))
     assert len(rows) == 3 and all(r["fedgs_solver"] for r in rows)
     assert rows[-1]["loss"] != ""
+
+
+def test_x39fed_learned_3dgs_on_a_hand_computed_three_client_case():
+    """FedGS Table 4's learned graphs, worked by hand. Clients' features (round-0 updates for update_cosine, mean
+    logits for functional) u0 = (1, 0), u1 = (1, 1), u2 = (0, 1): cos(u0, u1) = cos(u1, u2) = 1/√2, cos(u0, u2) = 0.
+    Normalised with the zero diagonal inside the min/max: lo = 0, hi = 1/√2, so V01 = V12 = 1 and V02 = 0. Edges
+    where V > ε = 0.01: 0–1 and 1–2, each of length exp(−1²/σ) = e^−10 (σ = 0.1); 0–2 has none. Shortest paths:
+    d01 = d12 = e^−10, d02 = 2e^−10 (through 1); divided by the largest, 2e^−10: H01 = H12 = 0.5, H02 = 1."""
+    hand = np.array([[0, 0.5, 1], [0.5, 0, 0.5], [1, 0.5, 0]])
+    feats = np.array([[1.0, 0, 0], [1.0, 1.0, 0], [0, 1.0, 0]])
+    world = make_world(3)
+    cos = selector(world, graph="update_cosine", clients_per_round=2)
+    cos.select(ctx_for(world, 0, [0, 1, 2], launch=2))  # the warm-up round: everyone trains
+    cos.observe(feedback(0, [0, 1, 2], feats))
+    cos.select(ctx_for(world, 1, [0, 1, 2], launch=2))
+    np.testing.assert_allclose(cos.distances, hand, rtol=0, atol=1e-6)
+    # functional: a linear model whose weights are zero outputs its bias on every input, so each client's mean
+    # logits on the noise batch are exactly its bias — the same three vectors, hence the same graph
+    params = torch.zeros(15)
+    world = make_world(3, model=ModelView(forward=linear_forward, global_params=lambda: params,
+                                          server_inputs=torch.ones(8, 4)))
+    fun = selector(world, graph="functional", clients_per_round=2)
+    fun.select(ctx_for(world, 0, [0, 1, 2], launch=2))
+    ups = torch.zeros(3, 15)
+    ups[:, 12:15] = torch.as_tensor(feats, dtype=torch.float32)
+    fun.observe(feedback(0, [0, 1, 2], ups))
+    fun.select(ctx_for(world, 1, [0, 1, 2], launch=2))
+    np.testing.assert_allclose(fun.features, feats, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(fun.distances, hand, rtol=0, atol=1e-6)
