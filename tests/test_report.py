@@ -258,7 +258,7 @@ def test_x39fed_curves_against_communicated_vectors(tmp_path, simulate, tiny):
     page = tmp_path / "p.md"
     assert main(["report", str(folder), "--out", str(page), "--metric", "final_loss",
                  "--curve-x", "cum_vectors_up+cum_vectors_down"]) == 0
-    assert "against cum_vectors_up + cum_vectors_down (model-sized vectors)" in page.read_text()
+    assert "against model-sized vectors sent, up + down" in page.read_text()
     # a run folder made before runs recorded vector_bytes cannot be plotted so, and says why
     (folder / "summary.json").write_text(json.dumps({"versions": {}, "runs": [
         {k: x for k, x in r.items() if k != "vector_bytes"} for r in runs]}))

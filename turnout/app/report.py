@@ -423,7 +423,7 @@ def _x_label(x: str) -> tuple[str, float]:
     if x == "round":
         return "round", 1.0
     if "vectors" in x:
-        return f"{x.replace('+', ' + ')} (model-sized vectors)", 1.0
+        return f"model-sized vectors sent, {x.replace('cum_vectors_', '').replace('+', ' + ')}", 1.0
     if "bytes" in x:
         return f"{x.replace('+', ' + ')} (MB)", 1e-6
     if x.endswith("resource_s"):
