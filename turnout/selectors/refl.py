@@ -18,7 +18,8 @@ REFL §4.1 and Algorithm 1 (REFL / "RELAY", Abdelmoniem et al., EuroSys 2023, as
    last ``cooldown_rounds`` rounds (``prohibit_reselect = 5``).
 4. **Least-available first** (REFL §4.1, Algorithm 1). Each pool client's probability of being
    available in ``[t + w, t + 2w]`` comes from the predictor (:mod:`.availability_predictor`):
-   the oracle (REFL's code) or the history forecaster (the stand-in for the paper's Prophet).
+   the oracle (REFL's code), the oracle seen through an error of the paper's reported Prophet accuracy
+   (``forecast``), or the history forecaster (learnt from each client's observed history).
    Ascending sort, ties broken at random, first ``launch_t`` taken. With the oracle, REFL's
    noisy-oracle emulation (``avail_probability = 0.9``) hides a random ``1 − oracle_accuracy``
    share of the pool: the oracle has no answer for them and they are used only when the ranked
@@ -51,13 +52,13 @@ import math
 from typing import Literal, Optional
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ..config.base import StrictModel
 from ..config.limits import MAX_CLIENTS, MAX_COUNT, MAX_ROUNDS, MAX_SECONDS
 from ..core.capabilities import WorldNeed
 from ..world.context import WorldContext
-from .availability_predictor import PREDICTORS, AvailabilityPredictor
+from .availability_predictor import PREDICTORS, AvailabilityPredictor, miss_and_noise
 from .base import SELECTORS, Cohort, RoundFeedback, SelectionContext, Selector
 from .oort import without
 
@@ -82,10 +83,17 @@ class REFLSelector(Selector):
         weighting: Literal["n_samples", "equal"] = Field(
             "n_samples", description="aggregation weight of a fresh report: n_samples (n_k / Σ n over the reports "
                                      "received) or equal (REFL's w_f = 1)")
-        predictor: Literal["oracle", "history"] = Field(
-            "oracle", description="oracle: the availability model's own answer (REFL's code); history: a per-client "
-                                  "frequency / time-of-day forecaster from the client's observed history (the paper's "
-                                  "on-device forecaster)")
+        predictor: Literal["oracle", "forecast", "history"] = Field(
+            "oracle", description="oracle: the availability model's own answer (REFL's code); forecast: the oracle's "
+                                  "answer with a forecaster's error of forecast_mae / forecast_mse (the paper's "
+                                  "Prophet accuracy); history: a per-client frequency / time-of-day forecaster "
+                                  "from the client's observed history")
+        forecast_mae: float = Field(0.028, ge=0.0, lt=1.0,
+                                    description="predictor: forecast — mean absolute error of the forecast "
+                                                "(REFL §5.5: 0.028)")
+        forecast_mse: float = Field(0.01, ge=0.0, lt=1.0,
+                                    description="predictor: forecast — mean squared error of the forecast "
+                                                "(REFL §5.5: 0.01); needs 4·mae² ≤ mse ≤ mae")
         oracle_accuracy: float = Field(
             0.9, gt=0.0, le=1.0, description="noisy-oracle emulation (REFL avail_probability): the share of the pool "
                                              "the oracle answers for; the rest is used only as filler")
@@ -118,6 +126,12 @@ class REFLSelector(Selector):
                                      description="history predictor: pseudo-observations shrinking a bin "
                                                  "towards the client's overall frequency")
 
+        @model_validator(mode="after")
+        def _forecast_error_exists(self):
+            if self.predictor == "forecast":
+                miss_and_noise(self.forecast_mae, self.forecast_mse)  # raises a one-line error when impossible
+            return self
+
     state_attrs = ("last_run", "mean_round_s", "predictor")
     scratch_attrs = ("last_ready", "last_target")
 
@@ -142,8 +156,9 @@ class REFLSelector(Selector):
 
     @classmethod
     def needs_simulator(cls, cfg: Config) -> WorldNeed | None:
-        if cfg.predictor == "oracle":
-            return WorldNeed("predictor", "oracle", "reads future availability from the simulated availability model",
+        if cfg.predictor in ("oracle", "forecast"):
+            return WorldNeed("predictor", cfg.predictor,
+                             "reads future availability from the simulated availability model",
                              "selector.predictor: history (forecasts from each client's observed history)")
         return None
 
