@@ -196,12 +196,13 @@ PAGES: dict[str, Page] = {
         "REFL Fig. 8: the Adaptive Participant Target (N_0 = 50, OC, label-limited) under DynAvail and AllAvail",
         (Setting("DynAvail", "experiments/refl/apt.yaml"),
          Setting("AllAvail", "experiments/refl/apt.yaml", ("availability={name: always}",))),
-        ("final_accuracy", "best_accuracy", "resource_s", "wasted_s", "sim_time_s", "reports_aggregated"),
-        Slice("DynAvail", 2), curve="accuracy", curve_x=("round", "cum_resource_s")),
+        ("final_accuracy", "tail_accuracy", "best_accuracy", "resource_s", "wasted_s", "sim_time_s",
+         "reports_aggregated"), Slice("DynAvail", 2), curve="accuracy", curve_x=("round", "cum_resource_s")),
     "refl_forecast": Page(
         "REFL §5.5: IPS with a forecaster of the paper's reported accuracy instead of the oracle",
         (Setting("DL-label", "experiments/refl/forecast.yaml", (DL,)),),
-        ("final_accuracy", "best_accuracy", "resource_s", "wasted_s", "stale_per_round"), Slice("DL-label", 3),
+        ("final_accuracy", "tail_accuracy", "best_accuracy", "resource_s", "wasted_s", "stale_per_round"),
+        Slice("DL-label", 3),
         curve="accuracy", curve_x=("round", "cum_resource_s")),
     "refl_large": Page(
         "REFL Fig. 11 at 10x the population: 10,000 learners, resources without training, accuracy trained",
