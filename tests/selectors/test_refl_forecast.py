@@ -2,12 +2,17 @@
 
 import numpy as np
 import pytest
-from pydantic import ValidationError
 
 from turnout.availability.base import Availability
 from turnout.core import rng as rngmod
 from turnout.core.records import SelectionContext
-from turnout.selectors.availability_predictor import ForecastPredictor, miss_and_noise
+from turnout.selectors.availability_predictor import (
+    PREDICTORS,
+    PROPHET_MAE,
+    PROPHET_MSE,
+    ForecastPredictor,
+    miss_and_noise,
+)
 from turnout.selectors.refl import REFLSelector
 from turnout.world.context import WorldContext
 
@@ -67,10 +72,11 @@ def test_refl_forecast_error_on_a_binary_state_has_the_stated_mae_and_mse():
     assert not np.array_equal(p, pred.predict(_ctx(av, r=1), np.arange(n), 10.0, 20.0))
 
 
-def test_refl_forecast_is_a_selector_option_that_needs_the_simulator_and_validates_its_error():
+def test_refl_forecast_is_a_selector_option_at_the_papers_accuracy_that_needs_the_simulator():
     cfg = REFLSelector.Config(predictor="forecast")
-    assert (cfg.forecast_mae, cfg.forecast_mse) == (0.028, 0.01)
+    assert (PROPHET_MAE, PROPHET_MSE) == (0.028, 0.01)
+    pred = PREDICTORS["forecast"](cfg, None)
+    assert (pred.miss, pred.noise) == pytest.approx((0.0084597, 0.039414), abs=2e-6)
+    assert not pred.is_oracle  # no noisy-oracle thinning on top of the forecast error
     assert REFLSelector.needs_simulator(cfg) is not None
     assert REFLSelector.needs_simulator(REFLSelector.Config(predictor="history")) is None
-    with pytest.raises(ValidationError, match="4·mae² ≤ mse ≤ mae"):
-        REFLSelector.Config(predictor="forecast", forecast_mae=0.1, forecast_mse=0.2)
