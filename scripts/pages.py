@@ -222,6 +222,25 @@ PAGES: dict[str, Page] = {
         tuple(Setting(f"{s.name}-1000r", s.config, (*s.sets, "rounds=1000"), skip=FEDGS_1000_SKIP) for s in (
             _fedgs_synthetic("IDL", "{name: idl}"), _fedgs_synthetic("MDF-0.7", "{name: mdf, beta: 0.7}"))),
         ("best_loss", "final_accuracy", "selection_count_var"), Slice("MDF-0.7-1000r", 3)),
+    "refl_apt": Page(
+        "REFL Fig. 8: the Adaptive Participant Target (N_0 = 50, OC, label-limited) under DynAvail and AllAvail",
+        (Setting("DynAvail", "experiments/refl/apt.yaml"),
+         Setting("AllAvail", "experiments/refl/apt.yaml", ("availability={name: always}",))),
+        ("final_accuracy", "tail_accuracy", "best_accuracy", "resource_s", "wasted_s", "sim_time_s",
+         "reports_aggregated"), Slice("DynAvail", 2), curve="accuracy", curve_x=("round", "cum_resource_s")),
+    "refl_forecast": Page(
+        "REFL §5.5: IPS with a forecaster of the paper's reported accuracy instead of the oracle",
+        (Setting("DL-label", "experiments/refl/forecast.yaml", (DL,)),),
+        ("final_accuracy", "tail_accuracy", "best_accuracy", "resource_s", "wasted_s", "stale_per_round"),
+        Slice("DL-label", 3),
+        curve="accuracy", curve_x=("round", "cum_resource_s")),
+    "refl_large": Page(
+        "REFL Fig. 11 at 10x the population: 10,000 learners, resources without training, accuracy trained",
+        (Setting("1k (no train)", "experiments/refl/large.yaml", ("no_train=true", "data.num_clients=1000")),
+         Setting("10k (no train)", "experiments/refl/large.yaml", ("no_train=true",)),
+         Setting("10k-label (trained)", "experiments/refl/large.yaml", (LABEL,), skip=("SAFA",))),
+        ("resource_s", "wasted_s", "reports_aggregated", "sim_time_s", "final_accuracy"),
+        Slice("10k-label (trained)", 2), curve="accuracy", curve_x=("round", "cum_resource_s")),
 }
 
 

@@ -2,7 +2,7 @@
 
 IPS ranks the online clients by a predicted probability of being available in the look-ahead
 window ``[t + w, t + 2w]`` (``w`` = the moving-average round duration μ_t, i.e. "during the next
-round"). A predictor answers that question for a set of clients; two are provided:
+round"). A predictor answers that question for a set of clients; three are provided:
 
 * :class:`OraclePredictor` — REFL's code: the server reads the future from the availability model
   itself (the noisy-oracle thinning is applied by the selector). It works against the generic
@@ -21,6 +21,13 @@ round"). A predictor answers that question for a set of clients; two are provide
   [QUIRK] the code does not wrap windows at the end of the trace period; we do (the trace is
   periodic and ``online_until`` follows the wrap).
 
+* :class:`ForecastPredictor` — the paper's on-device forecaster at the accuracy the paper reports for it
+  (REFL §5.5: per-device Prophet on the Stunner plugged state, MAE 0.028, MSE 0.01, R² 0.93): the
+  oracle's answer with an error drawn from a two-part model whose MAE and MSE on a 0/1 state equal the
+  stated ones — a rare *miss* (the forecast is the complement of the truth, as when a transition is
+  predicted at the wrong time) and, otherwise, a small one-sided Laplace error (a forecast clipped to
+  [0, 1] can only err inwards). See :func:`miss_and_noise` for the calibration.
+
 * :class:`HistoryPredictor` — the non-oracle default forecaster standing in for the paper's
   per-device Prophet model: each client's own history of being online at round starts, as a
   Laplace-smoothed frequency, refined by phase-of-period bins (diurnal by default) shrunk
@@ -31,6 +38,7 @@ A predictor is pluggable: subclass :class:`AvailabilityPredictor` and add it to 
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -96,6 +104,52 @@ class OraclePredictor(AvailabilityPredictor):
             later = (np.asarray(av.available(ctx.round + 1, t0))[clients]
                      & (av.online_until(clients, ctx.round + 1, t0) >= t1))
         return np.where(now & ~later, 0.0, 1.0)
+
+
+# ------------------------------------------------------------------------------------------------
+#: the accuracy REFL §5.5 reports for its per-device Prophet forecaster (Stunner plugged state, averaged
+#: over devices): the ``forecast`` predictor's error. Fixed rather than a selector option, so that adding
+#: the predictor left every existing configuration (and page config hash) as it was.
+PROPHET_MAE, PROPHET_MSE = 0.028, 0.01
+
+
+def miss_and_noise(mae: float, mse: float) -> tuple[float, float]:
+    """The miss rate ``q`` and Laplace scale ``b`` whose forecast error on a 0/1 truth has ``mae`` and ``mse``.
+
+    The error is 1 with probability ``q`` (a miss) and otherwise ``|clip(y + ε, 0, 1) − y|`` with
+    ``ε ~ Laplace(0, b)``: on a 0/1 truth only the inward half of ``ε`` counts, so that part has mean
+    ``b/2`` and mean square ``b²``. Hence ``MAE = q + (1 − q)·b/2`` and ``MSE = q + (1 − q)·b²``;
+    eliminating ``q = (MSE − b²)/(1 − b²)`` leaves ``(1 − MAE)·b² − (1 − MSE)/2·b + (MAE − MSE) = 0``,
+    whose smaller root is ``b``. A solution exists for ``4·MAE² ≤ MSE ≤ MAE`` (pure noise to pure misses).
+    """
+    if not (4.0 * mae * mae - 1e-12 <= mse <= mae < 1.0 and mae >= 0.0):
+        raise ValueError(f"forecast_mae = {mae} and forecast_mse = {mse}: no miss-plus-noise error has them; "
+                         "need 4·mae² ≤ mse ≤ mae < 1")
+    a, half = 1.0 - mae, (1.0 - mse) / 2.0
+    b = (half - math.sqrt(max(0.0, half * half - 4.0 * a * (mae - mse)))) / (2.0 * a)
+    q = max(0.0, (mse - b * b) / (1.0 - b * b))
+    return q, b
+
+
+class ForecastPredictor(AvailabilityPredictor):
+    """The oracle's window answer seen through a forecaster's error of a stated MAE and MSE (REFL §5.5).
+
+    Each query draws, per client, a miss with probability ``q`` (forecast ``1 − f`` for the oracle's
+    ``f``) or else ``clip(f + ε, 0, 1)`` with ``ε ~ Laplace(0, b)``; ``q, b`` from :func:`miss_and_noise`.
+    The error is independent across clients and queries: a forecaster's mistakes are not known to the
+    server, so the selector's noisy-oracle thinning does not apply on top (``is_oracle`` is false).
+    """
+
+    def __init__(self, mae: float = 0.028, mse: float = 0.01, samples: int = 8):
+        self.truth = OraclePredictor("probability", samples)
+        self.miss, self.noise = miss_and_noise(mae, mse)
+
+    def predict(self, ctx: Any, clients: np.ndarray, t0: float, t1: float) -> np.ndarray:
+        f = self.truth.predict(ctx, clients, t0, t1)
+        rng = ctx.rng
+        missed = rng.random(len(f)) < self.miss
+        noisy = np.clip(f + rng.laplace(0.0, self.noise, len(f)) if self.noise > 0 else f, 0.0, 1.0)
+        return np.where(missed, 1.0 - f, noisy)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -174,6 +228,7 @@ class HistoryPredictor(AvailabilityPredictor):
 #: name → factory(selector config, world) of the predictors a config can name
 PREDICTORS = {
     "oracle": lambda cfg, world: OraclePredictor(cfg.oracle_rule, cfg.oracle_samples),
+    "forecast": lambda cfg, world: ForecastPredictor(PROPHET_MAE, PROPHET_MSE, cfg.oracle_samples),
     "history": lambda cfg, world: HistoryPredictor(world.num_clients, cfg.history_period_s,
                                                    cfg.history_bins, cfg.history_prior),
 }
