@@ -236,7 +236,7 @@ class Simulation(Stateful):
     def result(self, rows: list[dict], wall_s: float = 0.0) -> RunResult:
         """The run's tables, once it is finished (``rows`` = every round's row, from the first)."""
         # vector_bytes: one dense model-sized vector on the wire, the unit the seed papers count communication in
-        # (FedSUM Fig. 1(b)); the report turns cum bytes into vectors with it (turnout.app.report)
+        # (docs/results); the report turns cum bytes into vectors with it (turnout.app.report)
         summary = {"wall_s": wall_s, "late_unused_s": self.unused_late_s,
                    "vector_bytes": int(self.model.dim * VALUE_BYTES), **self.store.stats(),
                    **self.participation.summary(self.population.times_selected), **self.executor.summary(),
