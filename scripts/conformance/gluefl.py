@@ -89,9 +89,6 @@ class AggregatorBase:
         self.tasks_round = 0
         self.update_lock = threading.Lock()
 
-    def init_client_manager(self, args):  # GlueFL overrides it
-        raise NotImplementedError
-
     def round_weight_handler(self, last_model):
         pass
 
