@@ -192,6 +192,17 @@ PAGES: dict[str, Page] = {
         ("final_accuracy", "sim_time_to_target_s", "sim_time_s", "reports_aggregated", "staleness_mean",
          "bytes_up", "bytes_down", "resource_s", "wasted_s"),
         Slice("sync + FedBuff", 3), curve="accuracy", curve_x=("sim_time_s", "cum_resource_s")),
+    # issue 39: Adaptive-OU on Shakespeare (Table 3 / Table 4) and its 8-bit compression figure (Fig. 3); the
+    # Shakespeare slice runs two variants for 3 rounds (the OU estimate is first used in round 2) to stay short
+    "adaptive_ou_shakespeare": Page(
+        "Adaptive-OU Table 3 / Table 4 on Shakespeare (next character, N = 10) at laptop scale",
+        (Setting("Shakespeare", "experiments/adaptive_ou/shakespeare.yaml"),),
+        ("tail_accuracy", "tail_accuracy_std", "final_accuracy", "bytes_up"),
+        Slice("Shakespeare", 3, ("Full", "Adaptive-OU")), curve="accuracy", percent_of="Full"),
+    "adaptive_ou_8bit": Page(
+        "Adaptive-OU Fig. 3 (8-bit uploads) on the seed code's synthetic task at laptop scale",
+        (Setting("N=10", "experiments/adaptive_ou/compression.yaml"),),
+        ("tail_accuracy", "tail_accuracy_std", "bytes_up"), Slice("N=10", 3), curve="accuracy", percent_of="Full"),
 }
 
 

@@ -6,7 +6,9 @@
 #   bash scripts/reproduce.sh --report PAGE         # re-write PAGE.md from runs/reproduce/PAGE
 #   bash scripts/reproduce.sh --list                # the pages and their settings
 # PAGE: fedgs, fedgs_fmnist, fedsum, adaptive_ou, adaptive_ou_fedprox, refl, refl_rules, gluefl,
-# gluefl_k10, gluefl_ablations, gluefl_sensitivity, async. What each runs is in scripts/pages.py; units run in $JOBS worker
+# gluefl_k10, gluefl_ablations, gluefl_sensitivity, async,
+# adaptive_ou_shakespeare, adaptive_ou_8bit.
+# What each runs is in scripts/pages.py; units run in $JOBS worker
 # processes (default 2; results do not depend on it). Run the README's set-up command first (it creates .venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
