@@ -245,6 +245,19 @@ PAGES: dict[str, Page] = {
          Setting("10k-label (trained)", "experiments/refl/large.yaml", (LABEL,), skip=("SAFA",))),
         ("resource_s", "wasted_s", "reports_aggregated", "sim_time_s", "final_accuracy"),
         Slice("10k-label (trained)", 2), curve="accuracy", curve_x=("round", "cum_resource_s")),
+    # issue 39: Adaptive-OU on Shakespeare (Table 3 / Table 4) and its 8-bit compression figure (Fig. 3); the
+    # Shakespeare slice runs two variants for 3 rounds (the OU estimate is first used in round 2) to stay short
+    "adaptive_ou_shakespeare": Page(
+        "Adaptive-OU Table 3 / Table 4 on Shakespeare (next character, N = 10) at laptop scale",
+        (Setting("Shakespeare", "experiments/adaptive_ou/shakespeare.yaml"),),
+        ("tail_accuracy", "tail_accuracy_std", "final_accuracy", "bytes_up"),
+        Slice("Shakespeare", 3, ("Full", "Adaptive-OU")), curve="accuracy", percent_of="Full"),
+    "adaptive_ou_8bit": Page(
+        "Adaptive-OU Fig. 3 (8-bit uploads) on the seed code's synthetic task and on Shakespeare at laptop scale",
+        (Setting("synthetic", "experiments/adaptive_ou/compression.yaml"),
+         Setting("Shakespeare", "experiments/adaptive_ou/compression_shakespeare.yaml")),
+        ("tail_accuracy", "tail_accuracy_std", "final_accuracy", "bytes_up"), Slice("synthetic", 3),
+        curve="accuracy", percent_of="Full"),
 }
 
 

@@ -7,8 +7,9 @@
 #   bash scripts/reproduce.sh --list                # the pages and their settings
 # PAGE: fedgs, fedgs_fmnist, fedsum, adaptive_ou, adaptive_ou_fedprox, refl, refl_rules, gluefl,
 # gluefl_k10, gluefl_ablations, gluefl_sensitivity, async,
-# fedsum_vectors, fedsum_cases, fedgs_graphs, fedgs_1000, refl_apt, refl_forecast, refl_large. What each runs is in
-# scripts/pages.py; units run in $JOBS worker
+# fedsum_vectors, fedsum_cases, fedgs_graphs, fedgs_1000, refl_apt, refl_forecast, refl_large,
+# adaptive_ou_shakespeare, adaptive_ou_8bit.
+# What each runs is in scripts/pages.py; units run in $JOBS worker
 # processes (default 2; results do not depend on it). Run the README's set-up command first (it creates .venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
