@@ -192,6 +192,16 @@ PAGES: dict[str, Page] = {
         ("final_accuracy", "sim_time_to_target_s", "sim_time_s", "reports_aggregated", "staleness_mean",
          "bytes_up", "bytes_down", "resource_s", "wasted_s"),
         Slice("sync + FedBuff", 3), curve="accuracy", curve_x=("sim_time_s", "cum_resource_s")),
+    "gluefl_network": Page(
+        "GlueFL App. F (over-commitment) and Fig. 9(b, c) (5G and Google Cloud links) at laptop scale",
+        tuple(Setting(f"oc={oc}", "experiments/gluefl/over_commit.yaml", (f"round_mode.oc={oc}",))
+              for oc in ("1.0", "1.3", "1.5"))
+        + (Setting("strategies (oc=1.3)", "experiments/gluefl/oc_strategy.yaml"),
+           Setting("5G", "experiments/gluefl/network.yaml"),
+           Setting("cloud", "experiments/gluefl/network.yaml", ("devices.env=cloud",))),
+        GLUEFL_METRICS + ("bytes_down", "download_time_s", "sim_time_s", "download_share", "compute_share",
+                          "upload_share"),
+        Slice("oc=1.3", 2), curve="accuracy", curve_x=("round", "cum_bytes_down")),
 }
 
 

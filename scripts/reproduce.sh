@@ -8,6 +8,7 @@
 # PAGE: fedgs, fedgs_fmnist, fedsum, adaptive_ou, adaptive_ou_fedprox, refl, refl_rules, gluefl,
 # gluefl_k10, gluefl_ablations, gluefl_sensitivity, async. What each runs is in scripts/pages.py; units run in $JOBS worker
 # processes (default 2; results do not depend on it). Run the README's set-up command first (it creates .venv).
+# PAGE (issue 39, GlueFL App. F / Fig. 9(b, c)): gluefl_network.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=".venv/bin/python"
