@@ -258,6 +258,16 @@ PAGES: dict[str, Page] = {
          Setting("Shakespeare", "experiments/adaptive_ou/compression_shakespeare.yaml")),
         ("tail_accuracy", "tail_accuracy_std", "final_accuracy", "bytes_up"), Slice("synthetic", 3),
         curve="accuracy", percent_of="Full"),
+    "gluefl_network": Page(
+        "GlueFL App. F (over-commitment) and Fig. 9(b, c) (5G and Google Cloud links) at laptop scale",
+        tuple(Setting(f"oc={oc}", "experiments/gluefl/over_commit.yaml", (f"round_mode.oc={oc}",))
+              for oc in ("1.0", "1.3", "1.5"))
+        + (Setting("strategies (oc=1.3)", "experiments/gluefl/oc_strategy.yaml"),
+           Setting("5G", "experiments/gluefl/network.yaml"),
+           Setting("cloud", "experiments/gluefl/network.yaml", ("devices.env=cloud",))),
+        GLUEFL_METRICS + ("bytes_down", "download_time_s", "sim_time_s", "download_share", "compute_share",
+                          "upload_share"),
+        Slice("oc=1.3", 2), curve="accuracy", curve_x=("round", "cum_bytes_down")),
 }
 
 

@@ -8,7 +8,7 @@
 # PAGE: fedgs, fedgs_fmnist, fedsum, adaptive_ou, adaptive_ou_fedprox, refl, refl_rules, gluefl,
 # gluefl_k10, gluefl_ablations, gluefl_sensitivity, async,
 # fedsum_vectors, fedsum_cases, fedgs_graphs, fedgs_1000, refl_apt, refl_forecast, refl_large,
-# adaptive_ou_shakespeare, adaptive_ou_8bit.
+# adaptive_ou_shakespeare, adaptive_ou_8bit, gluefl_network.
 # What each runs is in scripts/pages.py; units run in $JOBS worker
 # processes (default 2; results do not depend on it). Run the README's set-up command first (it creates .venv).
 set -euo pipefail
