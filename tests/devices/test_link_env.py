@@ -1,4 +1,4 @@
-"""GlueFL §5.4's network environments (devices: link_env): 5G and Google Cloud links, FLASH compute."""
+"""GlueFL §5.4's network environments (devices: link_env): 5G and cloud links, FLASH compute."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 from turnout.config.components import validate_component
 from turnout.core.errors import ConfigError
 from turnout.devices import DEVICES
-from turnout.devices.link_env import CLOUD_DOWN_COUNTS, binned_median
 from turnout.world.wire import WirePricer
 
 
@@ -43,15 +42,24 @@ def test_link_env_5g_transfer_time_by_hand():
 
 
 def test_link_env_cloud_transfer_time_by_hand():
-    # Cloud download median from the 50 Mb/s bins 4, 10, 6, 6, 51, 62, 71, 30, 14, 4 (258 in all): half is 129;
-    # 77 fall below 250 Mb/s, so the median is 250 + 50 × (129 − 77) / 62 = 291.935... Mb/s = 36,491,935.5 B/s.
-    # Upload median 90 Mb/s = 11,250,000 B/s. For 1,000,000 B: down 1e6 / 36,491,935.48 = 0.0274033 s,
-    # up 1e6 / 11,250,000 = 0.0888889 s.
-    assert binned_median(CLOUD_DOWN_COUNTS, 50.0) == pytest.approx(250 + 50 * 52 / 62, rel=1e-15)
+    # Cloud medians 1,000 Mb/s both ways = 125,000,000 B/s. For 1,000,000 B: 1e6 / 125e6 = 0.008 s each way.
     prof = build({"name": "link_env", "env": "cloud", "bandwidth": "median"}).profiles(3, seed=5)
     p, clients, size = pricer(prof), np.arange(3), np.full(3, 1e6)
-    assert p.download_s(clients, size) == pytest.approx(np.full(3, 0.0274033), rel=1e-5)
-    assert p.upload_s(clients, size) == pytest.approx(np.full(3, 0.0888889), rel=1e-5)
+    assert p.download_s(clients, size).tolist() == [0.008] * 3
+    assert p.upload_s(clients, size).tolist() == [0.008] * 3
+
+
+def test_link_env_drawn_spread_by_hand():
+    # One client, seed 0: the two standard normals z_down, z_up of the stream devices/link_env/network give
+    # 5G bandwidths 1,000 × exp(0.6 z_down) and 100 × exp(0.6 z_up) Mb/s.
+    from turnout.core import rng as rngmod
+    g = rngmod.stream(0, "devices/link_env/network")
+    z_down, z_up = g.standard_normal(1)[0], g.standard_normal(1)[0]
+    five = build({"name": "link_env", "env": "5g"}).profiles(1, seed=0)
+    assert five.down_bytes_per_s[0] == pytest.approx(1000 * np.exp(0.6 * z_down) * 125_000, rel=1e-12)
+    assert five.up_bytes_per_s[0] == pytest.approx(100 * np.exp(0.6 * z_up) * 125_000, rel=1e-12)
+    cloud = build({"name": "link_env", "env": "cloud"}).profiles(1, seed=0)
+    assert cloud.down_bytes_per_s[0] == pytest.approx(1000 * np.exp(0.2 * z_down) * 125_000, rel=1e-12)
 
 
 def test_link_env_drawn_spread_keeps_the_medians():
@@ -61,12 +69,10 @@ def test_link_env_drawn_spread_keeps_the_medians():
     # ln-σ 0.6: the 90th percentile is exp(1.2816 × 0.6) = 2.158× the median
     assert np.quantile(five.down_bytes_per_s, 0.9) / np.median(five.down_bytes_per_s) == pytest.approx(2.158, rel=0.04)
     cloud = build({"name": "link_env", "env": "cloud"}).profiles(40_000, seed=1)
-    down_mbps = cloud.down_bytes_per_s / 125_000
-    assert np.median(down_mbps) == pytest.approx(291.9, rel=0.02)
-    assert down_mbps.max() <= 500.0 and down_mbps.min() > 0
-    # 4 of 258 measurements fall in 0-50 Mb/s
-    assert np.mean(down_mbps < 50) == pytest.approx(4 / 258, abs=0.003)
-    assert np.mean(cloud.up_bytes_per_s / 125_000) == pytest.approx(90.0, rel=0.01)
+    assert np.median(cloud.up_bytes_per_s / 125_000) == pytest.approx(1000.0, rel=0.01)
+    # ln-σ 0.2: the 90th percentile is exp(1.2816 × 0.2) = 1.292× the median
+    assert np.quantile(cloud.down_bytes_per_s, 0.9) / np.median(cloud.down_bytes_per_s) == pytest.approx(1.292,
+                                                                                                          rel=0.02)
 
 
 def test_link_env_changes_only_the_network():
@@ -83,12 +89,14 @@ def test_link_env_changes_only_the_network():
                               build({"name": "link_env", "env": "5g"}).profiles(500, seed=4).down_bytes_per_s)
 
 
-def test_link_env_5g_median_override_and_errors():
+def test_link_env_median_override_and_errors():
     low = build({"name": "link_env", "env": "5g", "bandwidth": "median", "down_Mbps": 80, "up_Mbps": 20})
     prof = low.profiles(2, seed=0)
     assert prof.down_bytes_per_s.tolist() == [10_000_000.0] * 2 and prof.up_bytes_per_s.tolist() == [2_500_000.0] * 2
-    with pytest.raises(ConfigError, match="env: 5g only"):
-        build({"name": "link_env", "env": "cloud", "down_Mbps": 80})
+    slow_cloud = build({"name": "link_env", "env": "cloud", "bandwidth": "median", "up_Mbps": 8}).profiles(1, seed=0)
+    assert slow_cloud.down_bytes_per_s.tolist() == [125_000_000.0] and slow_cloud.up_bytes_per_s.tolist() == [1e6]
+    with pytest.raises(ConfigError, match="devices.spread"):
+        build({"name": "link_env", "env": "cloud", "spread": -1})
     with pytest.raises(ConfigError, match="devices.env"):
         build({"name": "link_env", "env": "4g"})
     with pytest.raises(ConfigError, match="devices.env"):
