@@ -40,9 +40,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from turnout.core.environment import CROSS_CPU_ATOL, CROSS_CPU_RTOL
-
 ROOT = Path(__file__).resolve().parents[1]
+# this checkout's turnout, not whichever one an editable install points at (a second worktree, a clone beside it):
+# the runs below use it too (``python -m turnout`` from ROOT), and the config hash must describe the same code
+sys.path.insert(0, str(ROOT))
+
+from turnout.core.environment import CROSS_CPU_ATOL, CROSS_CPU_RTOL  # noqa: E402
+
 RESULTS = ROOT / "docs" / "results"
 RUNS = ROOT / "runs" / "reproduce"
 RECORD_START, RECORD_END = "<!-- page-record", "-->"
