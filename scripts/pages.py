@@ -263,7 +263,7 @@ PAGES: dict[str, Page] = {
         ("tail_accuracy", "tail_accuracy_std", "final_accuracy", "bytes_up"), Slice("synthetic", 3),
         curve="accuracy", percent_of="Full"),
     "gluefl_network": Page(
-        "GlueFL App. F (over-commitment) and Fig. 9(b, c) (5G and Google Cloud links) at laptop scale",
+        "GlueFL App. F (over-commitment) and Fig. 9(b, c) (5G and cloud links) at laptop scale",
         tuple(Setting(f"oc={oc}", "experiments/gluefl/over_commit.yaml", (f"round_mode.oc={oc}",))
               for oc in ("1.0", "1.3", "1.5"))
         + (Setting("strategies (oc=1.3)", "experiments/gluefl/oc_strategy.yaml"),
