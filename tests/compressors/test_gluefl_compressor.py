@@ -241,6 +241,8 @@ def test_incompatible_compressor_is_refused_at_validation(algorithm, compressor,
         with pytest.raises(ConfigError) as e:
             expand(raw)
         assert e.value.key == "compressor.name" and algorithm in str(e.value)
+        # a rule with its own compression names the option to set instead
+        assert ("algorithm.quantize: true" in str(e.value)) == (algorithm == "adaptive_ou")
 
 
 @pytest.mark.parametrize("key,value", [("momentum", 0.9), ("weight_decay", 1e-4), ("grad_clip", 5.0)])

@@ -159,5 +159,7 @@ def test_bundled_hub_experiments_are_refused_at_once_when_the_hub_cannot_be_reac
         assert "data.hub_id = '" in lines[0] and f"the hub (http://127.0.0.1:{port}) cannot be reached" in lines[0]
         assert "set HF_HUB_OFFLINE=1" in lines[0] and "data.path" in lines[0]
         assert "Retry" not in r["stderr"] and "Traceback" not in r["stderr"]
-        assert r["seconds"] < 3.0, r
+        # no retry loop: the library alone retried for ~25 s; the bound leaves room for a loaded 2-core machine
+        # (one run took 4 s beside three other jobs), the absence of "Retry" above is the exact check
+        assert r["seconds"] < 15.0, r
     assert not (tmp_path / "runs").exists()

@@ -107,6 +107,7 @@ class AdaptiveOU(Algorithm):
 
     Config = AdaptiveOUConfig
     update_kind = UploadKind.NACK_OR_DELTA  # a NACK is (norm, 0, …, 0): a compressor would corrupt it
+    own_compression = "algorithm.quantize: true (its own 8-bit uploads, which keep the NACKs intact)"
     cohort_bound = "estimates the silent members of the round's own cohort from their OU models"
 
     state_attrs = ("threshold", "ou", "predicted", "prev_params", "full_uploads", "nacks")

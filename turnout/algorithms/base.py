@@ -75,6 +75,8 @@ class Algorithm(Stateful, Deployable, ABC):
     #: what a client's upload is (:class:`~turnout.core.capabilities.UploadKind`), so config validation can
     #: refuse a compressor that would break it (a compressor lists the kinds it ``accepts``).
     update_kind: UploadKind = UploadKind.MODEL_DELTA
+    #: the rule's own way to compress its uploads (the option to set), named when a compressor is refused
+    own_compression: ClassVar[str] = ""
     #: rules that recover gradients from the SGD end point need plain local SGD; validation enforces it.
     requires_plain_sgd: bool = False
     #: the rule changes only some coordinates *by construction* (a structural mask, never trained values), so the

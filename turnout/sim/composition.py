@@ -37,8 +37,10 @@ def compressor_accepts_upload(exp: ResolvedExperiment, prefix: str) -> None:
     kind = algo.cls.upload_kind(algo.cfg)
     if comp.cls.accepts is not None and kind not in comp.cls.accepts:
         ok = [name for name, cls in registries()["compressor"] if cls.accepts is None or kind in cls.accepts]
+        own = algo.cls.own_compression
         raise ConfigError(f"{prefix}compressor.name", comp.name,
-                          f"cannot encode {algo.name}'s uploads ({kind}); use one of: {', '.join(ok)}")
+                          f"cannot encode {algo.name}'s uploads ({kind}); use one of: {', '.join(ok)}"
+                          + (f"; to compress them, set {own}" if own else ""))
 
 
 def plain_sgd_for_inverting_rules(exp: ResolvedExperiment, prefix: str) -> None:
