@@ -36,6 +36,10 @@ def test_output_hash_is_unchanged(name, tmp_path):
 
 def test_every_recorded_case_has_its_table_and_the_tables_are_the_hashed_ones():
     assert set(TABLES) == set(RECORDED)
+    # a new experiment file or page setting is a new case: record it (golden_hashes.py --write --names ...)
+    missing = sorted(set(golden.cases()) - set(RECORDED))
+    assert not missing, f"cases without a record: {missing}"
+    assert not set(RECORDED) - set(golden.cases()), "records of cases that no longer exist"
     for name, files in TABLES.items():
         assert {f: golden._sha_text(t) for f, t in files.items()} == RECORDED[name], name
 
