@@ -236,7 +236,7 @@ def test_curves_against_a_cumulative_column_interpolate_each_seed(tmp_path):
     assert main(["report", str(folder), "--out", str(page), "--provenance", "nokey"]) == 2
 
 
-def test_x39fed_curves_against_communicated_vectors(tmp_path, simulate, tiny):
+def test_curves_against_communicated_vectors(tmp_path, simulate, tiny):
     """FedSUM Fig. 1(b) counts communication in model-sized vectors: the report divides the cumulative bytes by
     the run's vector_bytes. Worked by hand: vector_bytes 100 B; variant a sends 1 vector down and 1 up a round
     (200 B), variant b 2 down and 1 up (300 B), so after rounds 1, 2, 3 they have sent 2, 4, 6 and 3, 6, 9

@@ -21,20 +21,20 @@ def _check_lattice(out: torch.Tensor) -> float:
     return float(out[1])
 
 
-def test_x39ou_adaptive_ou_8bit_rounds_to_the_hand_computed_levels_without_bias():
+def test_adaptive_ou_8bit_rounds_to_the_hand_computed_levels_without_bias():
     ups = [_check_lattice(quantize_8bit(V, torch.Generator().manual_seed(s))) for s in range(2000)]
     assert abs(np.mean(ups) - 1.5) < 0.05  # unbiased: E = 1·0.5 + 2·0.5; 2000 draws have std 0.011
     assert {1.0, 2.0} == set(ups)
 
 
-def test_x39ou_quant8_global_scope_uses_the_same_levels():
+def test_quant8_global_scope_uses_the_same_levels():
     q = Quantize(Quantize.Config(scope="global"), 4, 0, None, layout=[3, 1])  # global: the layout is ignored
     dec, _ = q.encode_uploads(0, np.arange(2000), V.repeat(2000, 1))
     ups = [_check_lattice(row) for row in dec]
     assert abs(np.mean(ups) - 1.5) < 0.05
 
 
-def test_x39ou_both_8bit_uploads_cost_d_plus_8_bytes_and_a_nack_8():
+def test_both_8bit_uploads_cost_d_plus_8_bytes_and_a_nack_8():
     # D = 610 (the logistic regression 60 → 10): float32 4·610 = 2440 bytes.
     # Adaptive-OU quantize: ⌈2440 / 4⌉ + 8 (float32 minimum and step) = 618; a NACK: nack_bytes = 8.
     # quant8, scope global: ⌈610 · 8 / 8⌉ + 8 (min and max as float32) = 618; per tensor [600, 10]: 610 + 2·8 = 626.

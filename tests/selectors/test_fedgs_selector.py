@@ -473,7 +473,7 @@ output: {progress: false, plots: false}
     assert rows[-1]["loss"] != ""
 
 
-def test_x39fed_learned_3dgs_on_a_hand_computed_three_client_case():
+def test_learned_3dgs_on_a_hand_computed_three_client_case():
     """FedGS Table 4's learned graphs, worked by hand. Clients' features (round-0 updates for update_cosine, mean
     logits for functional) u0 = (1, 0), u1 = (1, 1), u2 = (0, 1): cos(u0, u1) = cos(u1, u2) = 1/√2, cos(u0, u2) = 0.
     Normalised with the zero diagonal inside the min/max: lo = 0, hi = 1/√2, so V01 = V12 = 1 and V02 = 0. Edges
