@@ -4,8 +4,10 @@
 # check the package as a pip user gets it (scripts/package_check.sh), then run the default test
 # suite (slow tests excluded; add `-m slow` or `-m ""` to include them). The suite runs the golden and page
 # checks twice: as the machine is, and in a process that computes like another CPU (tests/test_emulated_cpu.py,
-# scripts/emulate_cpu.py), so a clone on another CPU passes what CI passed (docs/determinism.md). pytest prints
-# the 40 slowest tests, so a CI log shows where the default suite's time goes (keep it under 10 minutes).
+# scripts/emulate_cpu.py), so a clone on another CPU passes what CI passed (docs/determinism.md). pytest runs in
+# two worker processes (pytest-xdist; most tests wait on subprocesses, so two keep both of CI's cores busy; `-n 0`
+# runs in one process, `-n 4` in four) and prints the 40 slowest tests, so a CI log shows where the default
+# suite's time goes (keep it under 10 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup-env.sh --test
@@ -30,4 +32,4 @@ if [ "${TURNOUT_CHECKS:-1}" != "0" ]; then
   rm -rf "$site"
   bash scripts/package_check.sh
 fi
-exec .venv/bin/python -m pytest -p no:cacheprovider --durations=40 "$@"
+exec .venv/bin/python -m pytest -p no:cacheprovider -n 2 --durations=40 "$@"

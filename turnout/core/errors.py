@@ -10,8 +10,9 @@ from __future__ import annotations
 import reprlib
 from itertools import islice
 
-#: Characters of a user value shown in an error message.
-SHOWN_CHARS = 80
+#: Characters of a user value shown in an error message: enough for the file paths users pass (a bad trace or
+#: config is named in full, also under a deep temporary folder), few enough to keep the message one short line.
+SHOWN_CHARS = 240
 
 
 class _BoundedRepr(reprlib.Repr):

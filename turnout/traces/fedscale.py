@@ -419,7 +419,7 @@ def behavior_from_dict(obj, source: str = "<dict>") -> tuple[AvailabilityTrace, 
             raise DataError(f"{where}: interval {i} is [{s[i]:g}, {e[i]:g}]; expected 0 <= active <= inactive")
         model = v.get("model", "unknown")
         if not isinstance(model, str) or len(model) > MAX_MODEL_CHARS:
-            raise DataError(f"{where}: model = {shown(model)}, expected a device model name (a string of at most "
+            raise DataError(f"{where}: model = {shown(model, 40)}, expected a device model name (a string of at most "
                             f"{MAX_MODEL_CHARS} characters)")
         if len(s) > 1 and np.any(np.diff(s) < 0):
             rep.unsorted_traces += 1
