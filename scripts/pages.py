@@ -231,9 +231,11 @@ PAGES: dict[str, Page] = {
             _fedgs_synthetic("IDL", "{name: idl}"), _fedgs_synthetic("MDF-0.7", "{name: mdf, beta: 0.7}"))),
         ("best_loss", "final_accuracy", "selection_count_var"), Slice("MDF-0.7-1000r", 3)),
     "refl_apt": Page(
-        "REFL Fig. 8: the Adaptive Participant Target (N_0 = 50, OC, label-limited) under DynAvail and AllAvail",
+        "REFL Fig. 8: the Adaptive Participant Target (N_0 = 50, OC, label-limited) under DynAvail and AllAvail, "
+        "and at N_0 = 10",
         (Setting("DynAvail", "experiments/refl/apt.yaml"),
-         Setting("AllAvail", "experiments/refl/apt.yaml", ("availability={name: always}",))),
+         Setting("AllAvail", "experiments/refl/apt.yaml", ("availability={name: always}",)),
+         Setting("DynAvail N_0=10", "experiments/refl/apt_small.yaml")),
         ("final_accuracy", "tail_accuracy", "best_accuracy", "resource_s", "wasted_s", "sim_time_s",
          "reports_aggregated"), Slice("DynAvail", 2), curve="accuracy", curve_x=("round", "cum_resource_s")),
     "refl_forecast": Page(
