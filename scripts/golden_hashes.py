@@ -188,8 +188,8 @@ def _block(seam: str, name: str, with_name: bool = True) -> dict:
 NEEDS_DATA = ("hub",)
 
 
-def cases() -> dict[str, tuple[str | dict, list[str]]]:
-    """name → (experiment file or raw config, --set overrides)."""
+def cases(full_length: bool = False) -> dict[str, tuple[str | dict, list[str]]]:
+    """name → (experiment file or raw config, --set overrides); ``full_length``: before any horizon's cut."""
     out: dict[str, tuple[str | dict, list[str]]] = {}
     for path in sorted((ROOT / "experiments").rglob("*.yaml")):
         rel = path.relative_to(ROOT / "experiments").as_posix()
@@ -206,7 +206,7 @@ def cases() -> dict[str, tuple[str | dict, list[str]]]:
         raw = dict(MATRIX_BASE, round_mode=_block("round_mode", rm), selector=_block("selector", sel),
                    compressor=_block("compressor", comp), algorithm=_block("algorithm", algo))
         out[f"matrix:round_mode={rm},selector={sel},compressor={comp},algorithm={algo}"] = (raw, [])
-    for name, rounds in HORIZON.items():
+    for name, rounds in ({} if full_length else HORIZON).items():
         if name in out:
             source, overrides = out[name]
             out[name] = ((dict(source, rounds=rounds), overrides) if isinstance(source, dict)
@@ -319,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--dump", type=Path, default=None,
                       help="only run the cases and write their tables (case → file → text) to this gzipped JSON "
                            "file (scripts/cpu_divergence.py compares such dumps across emulated CPUs)")
+    p.add_argument("--full-length", action="store_true",
+                   help="run every case at its full length (10 rounds; seam matrix 6), before its horizon's cut")
     p.add_argument("--set", dest="extra", action="append", default=[],
                    help="an override added to every case (with --dump: e.g. rounds=20 to measure divergence)")
     args = p.parse_args(argv)
@@ -326,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     exact = set(args.names.read_text().split("\n")) - {""} if args.names else set()
     exact |= set(HANDFUL) if args.handful else set()
     want += sorted(exact)
-    todo = {k: (source, [*overrides, *args.extra]) for k, (source, overrides) in cases().items()
+    todo = {k: (source, [*overrides, *args.extra]) for k, (source, overrides) in cases(args.full_length).items()
             if not want or k in exact or any(w in k for w in want[:len(want) - len(exact)])}
     if args.extra and not args.dump:
         raise SystemExit("--set changes the cases: use it with --dump only")

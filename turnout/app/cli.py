@@ -115,6 +115,9 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--paired", action="append", default=None, metavar="METRIC",
                      help="summary column to give paired differences for (repeatable; default: final accuracy and "
                           "rounds/time/bytes to target, where tabulated)")
+    from .reproduce.command import add_parser as add_reproduce
+
+    add_reproduce(sub)
     new = sub.add_parser("new", help="write a starter folder: an experiment file, a plugin module with a "
                                      "selector and an aggregation rule, and a test that runs them")
     new.add_argument("folder", type=Path, help="folder to create (must not exist, or be empty)")
@@ -589,6 +592,10 @@ def _main(argv: list[str] | None) -> int:
             return cmd_plot(args)
         if args.command == "check":
             return cmd_check(args)
+        if args.command == "reproduce":
+            from .reproduce.command import run as cmd_reproduce
+
+            return cmd_reproduce(args)
         return cmd_run(args)
     except RunInterrupted as exc:
         print(f"turnout: {exc}", file=sys.stderr)

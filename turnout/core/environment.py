@@ -12,7 +12,9 @@ byte-identical tables only where the whole fingerprint is the recorded one (``do
 from __future__ import annotations
 
 import hashlib
+import math
 import platform
+import re
 from functools import lru_cache
 from importlib import metadata
 
@@ -23,6 +25,42 @@ from . import __version__
 #: golden and results-page checks compare floats within it where the float fingerprint is not the recorded one.
 CROSS_CPU_RTOL = 1e-4
 CROSS_CPU_ATOL = 1e-12
+
+#: How close a float must stay to the native run's for a recorded check's horizon: a tenth of the tolerance, so a
+#: check cut at its horizon holds across CPUs with a factor 10 of margin (docs/determinism.md).
+HORIZON_RTOL = CROSS_CPU_RTOL / 10
+
+
+def agree_across_cpus(recorded: object, now: object, rtol: float = CROSS_CPU_RTOL) -> bool:
+    """Whether ``now`` is what another CPU may give for ``recorded``: integers, strings, flags and ``None``
+    exactly, NaN equal to NaN, other floats within relative ``rtol`` (absolute :data:`CROSS_CPU_ATOL` near 0).
+
+    The one comparator of the golden checks, the results pages' slices and the horizons measured for both.
+    """
+    if recorded is None or now is None:
+        return recorded is now
+    if isinstance(recorded, bool) or isinstance(now, bool) or isinstance(recorded, str) or isinstance(now, str):
+        return recorded == now
+    if isinstance(recorded, int) or isinstance(now, int):
+        return recorded == now  # bytes, counts, rounds, ids: exact on every CPU
+    a, b = float(recorded), float(now)
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return math.isclose(a, b, rel_tol=rtol, abs_tol=CROSS_CPU_ATOL)
+
+
+def parse_cell(text: str) -> object:
+    """A CSV cell as the value it holds: ``int`` for an integer, ``float`` for a number, else the text itself
+    (an empty cell stays ``""``, so it equals only an empty cell)."""
+    if _INTEGER.match(text):
+        return int(text)
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+_INTEGER = re.compile(r"^-?[0-9]+$")
 
 #: Distributions whose release can change a number turnout reports (the ones constraints.txt pins for that).
 NUMERIC_PACKAGES = ("torch", "numpy", "scipy", "scikit-learn", "pandas")

@@ -76,8 +76,23 @@ def shown(value: object, limit: int = SHOWN_CHARS) -> str:
     return s if len(s) <= limit else s[:limit - 3] + "..."
 
 
+def _rebuild(cls: type, args: tuple, state: dict) -> Exception:
+    """Unpickle a :class:`TurnoutError` without calling its ``__init__`` (whose arguments pickle does not keep)."""
+    err = cls.__new__(cls)
+    Exception.__init__(err, *args)
+    err.__dict__.update(state)
+    return err
+
+
 class TurnoutError(Exception):
-    """Base class for errors that turnout reports to users as a single line."""
+    """Base class for errors that turnout reports to users as a single line.
+
+    Such an error crosses process boundaries (a sweep's worker processes, ``--jobs``, Ray, a page check's pool):
+    it pickles as its message and attributes, so the parent sees the same error, never a failed unpickling.
+    """
+
+    def __reduce__(self):
+        return _rebuild, (type(self), self.args, dict(self.__dict__))
 
 
 class ConfigError(TurnoutError):
