@@ -30,6 +30,8 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+from turnout.core.environment import parse_cell  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = importlib.util.spec_from_file_location("golden_hashes", ROOT / "scripts" / "golden_hashes.py")
 golden = importlib.util.module_from_spec(SPEC)
@@ -37,7 +39,7 @@ SPEC.loader.exec_module(golden)
 
 #: the emulated CPUs of scripts/test.sh's second pass and of docs/determinism.md
 DEFAULT_ENVS = ("native", "ATEN_CPU_CAPABILITY=avx2", "ATEN_CPU_CAPABILITY=default",
-                "MKL_ENABLE_INSTRUCTIONS=AVX2", "OPENBLAS_CORETYPE=Haswell")
+                "MKL_ENABLE_INSTRUCTIONS=AVX2,ONEDNN_MAX_CPU_ISA=AVX2", "OPENBLAS_CORETYPE=Haswell")
 
 
 def parse_env(spec: str) -> dict[str, str]:
@@ -63,12 +65,8 @@ def dump(spec: str, only: str, extra: list[str], out: Path) -> dict[str, dict[st
 
 
 def _float(text: str) -> float | None:
-    if golden._INT.match(text):
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        return None
+    value = parse_cell(text)
+    return value if isinstance(value, float) else None
 
 
 def drift(ref: dict[str, dict[str, str]], other: dict[str, dict[str, str]]):

@@ -31,15 +31,13 @@ import hashlib
 import io
 import itertools
 import json
-import math
-import re
 import sys
 import tempfile
 from pathlib import Path
 
 import yaml
 
-from turnout.core.environment import CROSS_CPU_ATOL, CROSS_CPU_RTOL
+from turnout.core.environment import CROSS_CPU_ATOL, CROSS_CPU_RTOL, agree_across_cpus, parse_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "hashes.json"
@@ -50,11 +48,10 @@ FILES = ("rounds.csv", "clients.csv")
 #: kernels change a float's last bits and training carries them through the golden runs' rounds; every change of
 #: behaviour tests/test_sharp_checks.py plants moves some float by far more. The pages' check uses the same.
 REL_TOL, ABS_TOL = CROSS_CPU_RTOL, CROSS_CPU_ATOL
-_INT = re.compile(r"^-?[0-9]+$")
 SHORT = ["rounds=10", "seeds=[0]", "output.plots=false", "output.progress=false",
          "eval.centralized_baseline=false"]
 
-#: settings scripts/reproduce.sh runs on top of an experiment file (name → extra --set values; scripts/pages.py)
+#: settings `turnout reproduce` runs on top of an experiment file (name → extra --set values; turnout/pages/)
 REPRODUCE = {
     "fedgs/synthetic.yaml": {
         "LN-0.5": ["availability={name: ln, beta: 0.5}"], "SLN-0.5": ["availability={name: sln, beta: 0.5}"],
@@ -71,20 +68,28 @@ REPRODUCE = {
     "refl/rules.yaml": {"DL-label": ["data.partition={name: shards, shards_per_client: 2}"]},
 }
 
-#: Cases whose training carries another CPU's last-digit difference past a tenth of the tolerance within their 10
-#: (seam matrix: 6) rounds, measured under the emulated CPUs (scripts/cpu_divergence.py; docs/determinism.md):
-#: a large lr of FedSUM's tuning grid, the Adaptive-OU code's and FedGS's Fashion-MNIST settings, GlueFL's top-k
-#: masks (which coordinates are largest; FedAsync mixing top-k uploads flips a mask after one round), Yogi on full
-#: models in REFL's stale-rule study, Adaptive-OU's estimate on a seam-matrix model that diverges. Their golden runs
-#: stop one round before that happened under any emulated CPU, so the cross-CPU check holds with a round and a
-#: factor 10 of margin.
-HORIZON = {"exp:adaptive_ou/code_synthetic.yaml": 3, "exp:adaptive_ou/synthetic.yaml[N=50]": 4,
-           "exp:fedgs/fashion_mnist.yaml[YC-0.9]": 8, "exp:fedgs/fashion_mnist.yaml[YMF-0.9]": 3,
-           "exp:fedgs/synthetic.yaml": 5, "exp:fedsum/tune.yaml": 3, "exp:fedsum/tune.yaml[P1-m10]": 5,
-           "exp:gluefl/main.yaml": 8, "exp:gluefl/sensitivity.yaml": 7, "exp:gluefl_bytes.yaml": 6,
-           "exp:refl/rules.yaml": 3, "exp:refl/rules.yaml[DL-label]": 3,
-           "matrix:round_mode=over_commit,selector=oort,compressor=none,algorithm=adaptive_ou": 2,
-           "matrix:round_mode=over_commit,selector=md,compressor=topk,algorithm=fedasync": 1}
+#: Each case's measured horizon (``--measure-horizons``): run at full length natively and under every emulated CPU
+#: family (turnout.core.emulation), its rounds.csv compared row by row, and cut one round before the first float that
+#: leaves a tenth of the tolerance (turnout.app.reproduce.horizon); a case whose floats cannot hold two rounds is
+#: compared across CPUs in its integers only. A case is never recorded past its own horizon.
+HORIZONS = ROOT / "tests" / "golden" / "horizons.json"
+#: the families a horizon is measured under, besides the native run
+FAMILY_NAMES = ("torch-avx2", "torch-default", "openblas", "vendor")
+
+
+def horizons() -> dict[str, dict]:
+    """case → its measured cut (``rounds``, ``integers_only``, ``horizons`` per family, ...); refuses a cut past its
+    own measured horizon."""
+    if not HORIZONS.exists():
+        return {}
+    recorded = json.loads(HORIZONS.read_text())
+    for name, h in recorded.items():
+        limit = h["integer_horizon"] if h["integers_only"] else h["horizon"]
+        if h["rounds"] > limit:
+            raise SystemExit(f"{HORIZONS.name}: {name} runs {h['rounds']} rounds, past its measured horizon of "
+                             f"{limit} under {', '.join(FAMILY_NAMES)}; keep at most {limit}")
+    return recorded
+
 
 #: the cases the default suite re-checks (tests/test_golden_hashes.py; under an emulated other CPU too:
 #: tests/test_emulated_cpu.py); ``--handful`` runs just these
@@ -206,8 +211,9 @@ def cases(full_length: bool = False) -> dict[str, tuple[str | dict, list[str]]]:
         raw = dict(MATRIX_BASE, round_mode=_block("round_mode", rm), selector=_block("selector", sel),
                    compressor=_block("compressor", comp), algorithm=_block("algorithm", algo))
         out[f"matrix:round_mode={rm},selector={sel},compressor={comp},algorithm={algo}"] = (raw, [])
-    for name, rounds in ({} if full_length else HORIZON).items():
-        if name in out:
+    for name, cut in ({} if full_length else horizons()).items():
+        rounds = cut["rounds"]
+        if name in out and rounds < cut["asked"]:
             source, overrides = out[name]
             out[name] = ((dict(source, rounds=rounds), overrides) if isinstance(source, dict)
                          else (source, [*overrides, f"rounds={rounds}"]))
@@ -243,21 +249,16 @@ def run_case_tables(source: str | dict, overrides: list[str], work: Path) -> dic
     return {name: (out / name).read_bytes().decode() for name in FILES}
 
 
-def _cell_differs(want: str, got: str) -> bool:
+def _cell_differs(want: str, got: str, integers_only: bool = False) -> bool:
     if want == got:
         return False
-    if _INT.match(want) or _INT.match(got):
-        return True  # counts, bytes, rounds, ids: exact
-    try:
-        a, b = float(want), float(got)
-    except ValueError:
-        return True  # strings, booleans, an empty cell against a number
-    if math.isnan(a) or math.isnan(b):
-        return not (math.isnan(a) and math.isnan(b))
-    return not math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+    a, b = parse_cell(want), parse_cell(got)
+    if integers_only and isinstance(a, float) and isinstance(b, float):
+        return False  # a case whose floats drift within two rounds on another CPU: its integers are what holds
+    return not agree_across_cpus(a, b)
 
 
-def table_differences(want: str, got: str, limit: int = 3) -> list[str]:
+def table_differences(want: str, got: str, limit: int = 3, integers_only: bool = False) -> list[str]:
     """Where table ``got`` differs from ``want`` beyond the tolerance (empty: the same within it)."""
     a, b = list(csv.reader(io.StringIO(want))), list(csv.reader(io.StringIO(got)))
     if not a or not b or a[0] != b[0]:
@@ -267,7 +268,7 @@ def table_differences(want: str, got: str, limit: int = 3) -> list[str]:
     out = []
     for i, (ra, rb) in enumerate(zip(a[1:], b[1:]), start=1):
         for col, x, y in zip(a[0], ra, rb):
-            if len(ra) != len(rb) or _cell_differs(x, y):
+            if len(ra) != len(rb) or _cell_differs(x, y, integers_only):
                 out.append(f"row {i} {col}: {y!r}, recorded {x!r}")
                 if len(out) >= limit:
                     return out
@@ -301,8 +302,43 @@ def compare(name: str, tables: dict[str, str], hashes: dict[str, dict[str, str]]
         return "DIFF", ["not byte-identical in the environment the hashes were recorded in"]
     if name not in recorded:
         return "DIFF", ["no recorded table to compare within tolerance"]
-    problems = [f"{f}: {p}" for f in FILES for p in table_differences(recorded[name][f], tables[f])]
+    integers_only = horizons().get(name, {}).get("integers_only", False)
+    problems = [f"{f}: {p}" for f in FILES
+                for p in table_differences(recorded[name][f], tables[f], integers_only=integers_only)]
     return ("DIFF" if problems else "within tolerance"), problems
+
+
+def _asked(rounds_csv: str) -> int:
+    """The rounds a full-length case ran: its last round + 1."""
+    rows = list(csv.reader(io.StringIO(rounds_csv)))
+    col = rows[0].index("round")
+    return max(int(r[col]) for r in rows[1:]) + 1 if len(rows) > 1 else 0
+
+
+def measure_horizons(dumps: dict[str, dict[str, dict[str, str]]]) -> dict[str, dict]:
+    """Each case's cut from its full-length tables per environment (``native`` and every family)."""
+    from turnout.app.reproduce.horizon import cut
+
+    out = {}
+    for name, files in dumps["native"].items():
+        out[name] = cut(_asked(files["rounds.csv"]), {env: d[name]["rounds.csv"] for env, d in dumps.items()}
+                        ).as_record()
+    return out
+
+
+def dump_under(family: str, only: list[str], names: Path | None, out: Path) -> dict:
+    """Run the chosen cases at full length in a child process whose kernels are ``family``'s (or native)."""
+    import os
+    import subprocess
+
+    from turnout.core.emulation import family_environment
+
+    env = {**os.environ, **({} if family == "native" else family_environment(family))}
+    cmd = [sys.executable, __file__, "--dump", str(out), "--full-length"]
+    cmd += ["--only", ",".join(only)] if only else []
+    cmd += ["--names", str(names)] if names else []
+    subprocess.run(cmd, check=True, env=env)
+    return json.loads(gzip.decompress(out.read_bytes()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -316,6 +352,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save-tables", type=Path, default=None,
                    help="with --check: also write the tables this run made (as --dump does), for "
                         "scripts/cpu_divergence.py --compare")
+    mode.add_argument("--measure-horizons", action="store_true",
+                      help="run the cases at full length natively and under every emulated CPU family and record "
+                           "each case's horizon in tests/golden/horizons.json (with --only/--names: merged)")
+    p.add_argument("--from-dumps", type=Path, default=None,
+                   help="with --measure-horizons: read golden-ENV.json.gz dumps (--dump --full-length, ENV native "
+                        "or a family) from this folder instead of running them")
     mode.add_argument("--dump", type=Path, default=None,
                       help="only run the cases and write their tables (case → file → text) to this gzipped JSON "
                            "file (scripts/cpu_divergence.py compares such dumps across emulated CPUs)")
@@ -332,6 +374,27 @@ def main(argv: list[str] | None = None) -> int:
             if not want or k in exact or any(w in k for w in want[:len(want) - len(exact)])}
     if args.extra and not args.dump:
         raise SystemExit("--set changes the cases: use it with --dump only")
+    if args.measure_horizons:
+        envs = ("native", *FAMILY_NAMES)
+        if args.from_dumps:
+            dumps = {e: json.loads(gzip.decompress((args.from_dumps / f"golden-{e}.json.gz").read_bytes()))
+                     for e in envs}
+            dumps = {e: {k: v for k, v in d.items() if k in todo} for e, d in dumps.items()}
+        else:
+            with tempfile.TemporaryDirectory(prefix="turnout-horizons-") as tmp:
+                dumps = {e: dump_under(e, want[:len(want) - len(exact)], args.names, Path(tmp) / f"{e}.json.gz")
+                         for e in envs}
+        measured = measure_horizons(dumps)
+        merged = {**(json.loads(HORIZONS.read_text()) if HORIZONS.exists() and want else {}), **measured}
+        HORIZONS.write_text(json.dumps(dict(sorted(merged.items())), indent=1, sort_keys=True) + "\n")
+        cut_cases = {k: v for k, v in measured.items() if v["rounds"] < v["asked"]}
+        for k, v in cut_cases.items():
+            print(f"{k}: {v['rounds']} of {v['asked']} rounds" + (" (integers only)" if v["integers_only"] else "")
+                  + f"  first drift: {'; '.join(v['first_drift'].values())}")
+        print(f"measured {len(measured)} cases: {len(measured) - len(cut_cases)} hold every round under every family, "
+              f"{len(cut_cases)} cut ({sum(v['integers_only'] for v in measured.values())} integers only); wrote "
+              f"{HORIZONS.relative_to(ROOT)}")
+        return 0
     golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
     tables_before = recorded_tables()
     env, env_before = environment(), recorded_environment()

@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-from emulate_cpu import foreign_environment  # noqa: E402
+from emulate_cpu import foreign_environment  # noqa: E402  (torch-avx2, the vendor paths moved)
 
 #: the quickstart with a server momentum of 0.9: FedAvg weighted by samples, the uniform selector, an lr schedule
 CASES = ["exp:quickstart.yaml[momentum-0.9]"]

@@ -41,8 +41,8 @@ def agree_across_cpus(recorded: object, now: object, rtol: float = CROSS_CPU_RTO
         return recorded is now
     if isinstance(recorded, bool) or isinstance(now, bool) or isinstance(recorded, str) or isinstance(now, str):
         return recorded == now
-    if isinstance(recorded, int) or isinstance(now, int):
-        return recorded == now  # bytes, counts, rounds, ids: exact on every CPU
+    if isinstance(recorded, int) or isinstance(now, int):  # bytes, counts, rounds, ids: exact on every CPU, and
+        return type(recorded) is type(now) and recorded == now  # an integer written as a float is a change
     a, b = float(recorded), float(now)
     if math.isnan(a) or math.isnan(b):
         return math.isnan(a) and math.isnan(b)

@@ -67,8 +67,9 @@ def check(name: str, record_file: Path | None = None) -> Verdict:
         spec = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(page.slice).items()}
         got = {"setting": sl["setting"], "rounds": sl["asked_rounds"], "variants": sl["variants"]}
         if spec != got:
-            return Verdict(name, "STALE", [*problems, f"the check slice changed ({spec} vs the record's {got}): "
-                                                      f"record it again with `turnout reproduce --record-slice {name}`"])
+            why = (f"the check slice changed ({spec} vs the record's {got}): record it again with "
+                   f"`turnout reproduce --record-slice {name}`")
+            return Verdict(name, "STALE", [*problems, why])
         with tempfile.TemporaryDirectory(prefix=f"turnout-check-{name}-") as tmp:
             numbers = slice_numbers(run_slice(page, record.get("tuned", {}), sl["rounds"], Path(tmp) / "run"))
         more, n = compare(sl["numbers"], numbers, INTEGER_METRICS if sl["integers_only"] else SLICE_METRICS)

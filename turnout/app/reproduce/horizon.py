@@ -117,6 +117,22 @@ class Cut:
     measured: int  # rounds run to measure
     first: dict[str, str]  # family → "round r, column c: native x, family y" of its first drift
 
+    @property
+    def horizon(self) -> int:
+        """Rounds every float held under every family (at most the rounds measured)."""
+        return min([self.measured, *(h for h in self.horizons.values() if h is not None)])
+
+    @property
+    def integer_horizon(self) -> int:
+        """Rounds every integer and string held under every family (at most the rounds measured)."""
+        return min([self.measured, *(h for h in self.integer_horizons.values() if h is not None)])
+
+    def as_record(self) -> dict:
+        """What a record keeps of the cut (JSON)."""
+        return {"asked": self.measured, "rounds": self.rounds, "integers_only": self.integers_only,
+                "horizons": self.horizons, "integer_horizons": self.integer_horizons, "horizon": self.horizon,
+                "integer_horizon": self.integer_horizon, "first_drift": self.first}
+
 
 def cut(asked: int, tables: dict[str, str], reference: str = "native") -> Cut:
     """The cut of a check asked to run ``asked`` rounds, from its ``rounds.csv`` per family (``reference``: the

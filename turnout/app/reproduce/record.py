@@ -75,12 +75,9 @@ def measure_slice(page: Page, tuned: dict, rounds: int | None = None, jobs: int 
             tables = dict(zip(envs, pool.map(one, envs)))
         c = cut(asked, tables)
         keep = c.rounds if rounds is None else rounds
-        sl = {"setting": page.slice.setting, "asked_rounds": asked, "rounds": keep,
-              "variants": list(page.slice.variants), "integers_only": c.integers_only,
-              "horizons": c.horizons, "integer_horizons": c.integer_horizons,
-              "horizon": _least(c.horizons, asked), "integer_horizon": _least(c.integer_horizons, asked),
-              "first_drift": c.first,
-              "measured_on": {"torch_cpu": kernels[0], "numpy_blas": kernels[1], "cpu": cpu_model()}}
+        sl = {"setting": page.slice.setting, "variants": list(page.slice.variants), **c.as_record(),
+              "rounds": keep, "measured_on": {"torch_cpu": kernels[0], "numpy_blas": kernels[1], "cpu": cpu_model()}}
+        sl["asked_rounds"] = sl.pop("asked")
         if keep < 1:
             raise ConfigError(f"{page.name}.slice", sl["first_drift"],
                               "not even the slice's integers hold one round under another CPU: choose another "
@@ -88,10 +85,6 @@ def measure_slice(page: Page, tuned: dict, rounds: int | None = None, jobs: int 
         validate({"page": page.name, "slice": sl})
         sl["numbers"] = slice_numbers(run_slice(page, tuned, keep, Path(tmp) / "kept"))
     return sl
-
-
-def _least(horizons: dict[str, int | None], asked: int) -> int:
-    return min([asked, *(h for h in horizons.values() if h is not None)])
 
 
 def cpu_model() -> str:

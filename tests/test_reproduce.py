@@ -1,0 +1,250 @@
+"""``turnout reproduce``: pages record what they were made from, slices are cut at measured horizons, and
+``--check`` catches a stale page, names one that cannot run, and holds on every page of the project.
+
+The default suite re-runs every page's check slice (seed 0, a few rounds of one setting, every variant) and
+compares it with the page's record; ``-m slow`` re-runs whole pages and compares every table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+import pytest
+import yaml
+
+from turnout.app.cli import main
+from turnout.app.reproduce import check as checks
+from turnout.app.reproduce import horizon, make, record, run, spec
+from turnout.core.errors import ConfigError, DataError, TurnoutError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY = {"name": "tiny_page", "seeds": [0, 1], "rounds": 4,
+        "data": {"name": "synthetic", "num_clients": 10}, "model": {"name": "logreg"},
+        "train": {"batch_size": 10, "local_steps": 2, "lr": 0.1},
+        "selector": {"name": "uniform", "clients_per_round": 4}, "eval": {"every": 2},
+        "output": {"plots": False, "progress": False},
+        "variants": [{"name": "K4"}, {"name": "K8", "set": {"selector.clients_per_round": 8}}]}
+
+
+@pytest.fixture
+def pages_dir(tmp_path, monkeypatch):
+    """A pages folder of the test's own, in place of the bundled one."""
+    folder = tmp_path / "pages"
+    (folder / "records").mkdir(parents=True)
+    monkeypatch.setattr(spec, "pages_root", lambda: folder)
+    return folder
+
+
+def _tiny_page(pages_dir: Path, config: Path, slice_rounds: int = 3, name: str = "tiny_page") -> None:
+    (pages_dir / f"{name}.yaml").write_text(yaml.safe_dump({
+        "title": "Tiny", "metrics": ["final_accuracy"], "curve": "accuracy",
+        "settings": [{"name": "A", "config": str(config)}, {"name": "B", "config": str(config),
+                                                             "sets": ["train.lr=0.05"]}],
+        "slice": {"setting": "B", "rounds": slice_rounds}}))
+
+
+# ---- horizons, from tables written by hand ---------------------------------------------------------------------
+HEAD = "variant,seed,round,n_selected,bytes_up,loss\n"
+
+
+def _table(*rows: str) -> str:
+    return HEAD + "".join(r + "\n" for r in rows)
+
+
+NATIVE = _table("A,0,0,4,9760,2.0", "A,0,1,4,9760,1.5", "A,0,2,4,9760,1.25", "A,0,3,4,9760,1.125")
+
+
+def test_a_horizon_is_the_first_round_a_float_leaves_a_tenth_of_the_tolerance():
+    within = NATIVE.replace("1.5", "1.500005")  # 3.3e-6 relative: within 1e-5
+    assert horizon.first_drift(NATIVE, within).round is None
+    past = NATIVE.replace("1.25", "1.25002")  # 1.6e-5 relative at round 2: past a tenth of 1e-4
+    d = horizon.first_drift(NATIVE, past)
+    assert (d.round, d.column, d.reference, d.other, d.integers_hold) == (2, "loss", "1.25", "1.25002", True)
+    ints = NATIVE.replace("A,0,1,4,9760", "A,0,1,3,9760")  # a cohort of 3, not 4, in round 1
+    d = horizon.first_drift(NATIVE, ints)
+    assert (d.round, d.column, d.integers_hold) == (1, "n_selected", False)
+    assert horizon.integer_horizon(NATIVE, past) is None and horizon.integer_horizon(NATIVE, ints) == 1
+    assert horizon.first_drift(NATIVE, NATIVE.rsplit("\n", 2)[0] + "\n").round == 3  # round 3 missing
+
+
+def test_the_cut_keeps_the_shortest_horizon_and_falls_back_to_integers_below_two_rounds():
+    past2 = NATIVE.replace("1.25", "1.3")
+    c = horizon.cut(4, {"native": NATIVE, "torch-avx2": NATIVE, "torch-default": past2})
+    assert (c.rounds, c.integers_only, c.horizons) == (2, False, {"torch-avx2": None, "torch-default": 2})
+    assert c.as_record()["horizon"] == 2 and c.as_record()["integer_horizon"] == 4
+    past1 = NATIVE.replace("1.5", "1.6")  # floats hold one round only: integers are checked, over all 4
+    c = horizon.cut(4, {"native": NATIVE, "openblas": past1})
+    assert (c.rounds, c.integers_only, c.horizon, c.integer_horizon) == (4, True, 1, 4)
+    assert "round 1, loss: native 1.5, openblas 1.6" == c.first["openblas"]
+
+
+def test_a_slice_forced_past_its_horizon_is_refused_at_recording(pages_dir, tmp_path, monkeypatch):
+    """The planted change: a slice lengthened to 3 rounds where a family's floats move in round 2."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY))
+    _tiny_page(pages_dir, config, slice_rounds=2)
+
+    def fake_slice(page, tuned, rounds, out, env=None):
+        out.mkdir(parents=True)
+        text = NATIVE if not env or "ATEN_CPU_CAPABILITY" not in env else NATIVE.replace("1.25", "1.3")
+        (out / "rounds.csv").write_text(text)
+        (out / "summary.json").write_text(json.dumps({"runs": [{"variant": "A", "final_loss": 1.0}]}))
+        return out
+
+    monkeypatch.setattr(record, "run_slice", fake_slice)
+    monkeypatch.setattr(record, "native_kernels", lambda: ("AVX512", "openblas/SkylakeX"))
+    page = spec.load("tiny_page")
+    sl = record.measure_slice(page, {}, rounds=None, jobs=1)  # asked 2: holds under every family
+    assert (sl["rounds"], sl["asked_rounds"], sl["horizon"]) == (2, 2, 2)
+    with pytest.raises(ConfigError, match=r"slice\.rounds = 3: past its horizon of 2 rounds measured under "
+                                          r"torch-avx2, torch-default, openblas, vendor"):
+        record.measure_slice(page, {}, rounds=3, jobs=1)
+    planted = {"page": "tiny_page", "slice": {**sl, "rounds": 3}}  # or a record edited by hand
+    with pytest.raises(ConfigError, match="past its horizon"):
+        record.validate(planted)
+
+
+# ---- a whole (tiny) page ---------------------------------------------------------------------------------------
+def test_a_page_records_commit_hash_and_measured_slice_and_check_catches_changes(pages_dir, tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY))
+    _tiny_page(pages_dir, config)
+    out = tmp_path / "docs" / "tiny_page.md"
+    rec = make.make("tiny_page", 1, tmp_path / "runs", out)
+    text = out.read_text()
+    record_file = out.with_name("tiny_page.record.json")
+    assert f"config hash `{rec['config_hash']}`" in text and "Made from commit" in text and "## Check slice" in text
+    assert record.read("tiny_page", record_file) == json.loads(json.dumps(rec))
+    sl = rec["slice"]
+    assert set(sl["numbers"]) == {"K4", "K8"} and sl["asked_rounds"] == 3 and sl["rounds"] <= 3
+    assert set(sl["horizons"]) == {"torch-avx2", "torch-default", "openblas", "vendor"}
+    assert "torch-avx2: " in text and f"{sl['rounds']} rounds" in text
+    ok = checks.check("tiny_page", record_file)
+    assert ok.status == "ok" and ok.compared == 2 * 6, ok.line()
+
+    stale = json.loads(json.dumps(rec))  # the code "changes": a recorded number differs
+    stale["slice"]["numbers"]["K8"]["final_loss"] *= 1.01
+    record_file.write_text(json.dumps(stale))
+    v = checks.check("tiny_page", record_file)
+    assert v.status == "STALE" and len(v.problems) == 1 and v.problems[0].startswith("K8: final_loss is")
+
+    record_file.write_text(json.dumps(rec))  # the experiment file changes: the config hash differs
+    config.write_text(yaml.safe_dump({**TINY, "train": {**TINY["train"], "local_steps": 3}}))
+    v = checks.check("tiny_page", record_file)
+    assert v.status == "STALE" and "the resolved configs changed since the page was made" in v.problems[0]
+
+    record_file.unlink()  # a page without a record
+    assert "no record" in checks.check("tiny_page", record_file).problems[0]
+
+
+def test_a_page_that_cannot_run_is_not_checked_in_one_line_and_the_check_goes_on(pages_dir, tmp_path, capsys):
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text(yaml.safe_dump(TINY))
+    bad.write_text(yaml.safe_dump({**TINY, "data": {"name": "fashion_mnist", "path": str(tmp_path / "nowhere")}}))
+    _tiny_page(pages_dir, good, slice_rounds=2, name="good")
+    _tiny_page(pages_dir, bad, slice_rounds=2, name="bad")
+    out = tmp_path / "docs"
+    make.make("good", 1, tmp_path / "runs", out / "good.md")
+    (out / "bad.record.json").write_text((out / "good.record.json").read_text())
+    assert main(["reproduce", "--check", "all", "--out", str(out), "--jobs", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    bad_line = next(ln for ln in lines if " bad" in ln)
+    assert bad_line.startswith("SKIP  bad: ") and "data.path = " in bad_line and "nowhere" in bad_line
+    assert "Traceback" not in "\n".join(lines)
+    assert any(ln.startswith("ok    good") for ln in lines)
+    assert lines[-1].startswith("1 of 2 pages match the code, 0 stale, 1 not checked; 12 numbers compared")
+
+
+# ---- errors cross process boundaries ----------------------------------------------------------------------------
+def _raise(kind: str):
+    from turnout.runs.sweep import BackendLost, UnitsFailed
+    from turnout.traces.format import TraceFileError
+
+    raise {"config": ConfigError("selector.clients_per_round", 0, "give at least 1"),
+           "trace": TraceFileError("/tmp/t.npz", "is not a trace"),
+           "units": UnitsFailed({"a/0": "boom"}, [Path("/tmp/run")]),
+           "backend": BackendLost("the Ray head went away")}[kind]
+
+
+@pytest.mark.parametrize("kind", ["config", "trace", "units", "backend"])
+def test_turnout_errors_survive_a_process_boundary(kind):
+    try:
+        _raise(kind)
+    except TurnoutError as e:
+        here = e
+    again = pickle.loads(pickle.dumps(here))
+    assert type(again) is type(here) and str(again) == str(here) and again.__dict__ == here.__dict__
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+        with pytest.raises(type(here)) as got:
+            pool.submit(_raise, kind).result()
+    assert str(got.value) == str(here)
+    if kind == "config":
+        assert (got.value.key, got.value.value) == ("selector.clients_per_round", 0)
+    if kind == "trace":
+        assert isinstance(got.value, DataError) and got.value.path == "/tmp/t.npz"
+
+
+# ---- the project's own pages ------------------------------------------------------------------------------------
+def test_every_page_loads_and_every_setting_validates():
+    from turnout.sim.composition import load_experiment
+
+    assert len(spec.names()) == 22
+    for name in spec.names():
+        page = spec.load(name)
+        for s in (*page.settings, *(page.tune.settings if page.tune else ())):
+            assert load_experiment(s.path, list(s.sets)), f"{name}: {s.name}"
+
+
+def test_every_page_has_a_record_cut_at_its_own_measured_horizon():
+    for name in spec.names():
+        rec = record.read(name)
+        assert rec is not None, f"{name} has no record: turnout reproduce {name}"
+        record.validate(rec)  # measured, and no longer than its horizon
+        assert rec["slice"]["asked_rounds"] == spec.load(name).slice.rounds, name
+
+
+def test_every_page_matches_the_code():
+    """The CI check: every page's check slice still gives the numbers its record holds, and every page was
+    compared (a page that could not run fails here, though ``--check all`` goes on past it)."""
+    res = subprocess.run([sys.executable, "-m", "turnout", "reproduce", "--check", "all"], cwd=ROOT,
+                         capture_output=True, text=True, env={**os.environ, "JOBS": "2"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    n = len(spec.names())
+    assert f"{n} of {n} pages match the code, 0 stale, 0 not checked" in res.stdout, res.stdout
+
+
+def test_reproduce_refuses_bad_arguments_in_one_line(capsys):
+    assert main(["reproduce", "--check", "nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("turnout: error: PAGE = 'nope': no such results page; the pages are: ") and "\n" not in err
+    assert main(["reproduce", "--full", "gluefl"]) == 2
+    assert "--full = True: goes with --check" in capsys.readouterr().err
+
+
+def test_list_names_every_page_with_its_slice(capsys):
+    assert main(["reproduce", "--list"]) == 0
+    out = capsys.readouterr().out
+    for name in spec.names():
+        assert f"\n{name}: " in f"\n{out}"
+    assert "check slice: synthetic, 2 of 3 rounds" in out  # adaptive_ou_8bit, cut at its measured horizon
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", spec.names())
+def test_whole_page_matches_the_code(name):
+    """Re-runs the whole page (up to 30 minutes each on 2 cores) and compares every table with the page's."""
+    res = subprocess.run([sys.executable, "-m", "turnout", "reproduce", "--check", "--full", name], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-5000:]
+
+
+def test_run_uses_this_checkout():
+    assert run.package_parent() == Path(__import__("turnout").__file__).resolve().parents[1]
