@@ -268,3 +268,66 @@ def test_curves_against_communicated_vectors(tmp_path, simulate, tiny):
     _, res = simulate(tiny)
     assert res.summary["vector_bytes"] == 2440
     assert res.rounds[0]["bytes_up"] == res.rounds[0]["bytes_down"] == 4 * 2440
+
+
+def _tiny_experiment(tmp_path, tiny):
+    tiny.update(seeds=[0, 1], rounds=3, eval={"every": 1, "target_accuracy": 0.15},
+                data={"name": "synthetic", "num_clients": 10},
+                variants=[{"name": "K4"}, {"name": "K8", "set": {"selector.clients_per_round": 8}}])
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(yaml.safe_dump(tiny))
+    return cfg
+
+
+def _paired_row(text, metric, variant):
+    section = text.split(f"### {metric}: variant")[1]
+    return next(line for line in section.splitlines() if line.startswith(f"| {variant} |"))
+
+
+def test_variants_run_one_at_a_time_are_one_comparison(tmp_path, tiny):
+    """`turnout run CFG --variant K4 --out A`, then `--variant K8 --out B`: `turnout report A B` pairs K8 with K4
+    seed by seed exactly as a run of both variants into one folder does (one column, "A + B")."""
+    cfg = _tiny_experiment(tmp_path, tiny)
+    a, b, both = tmp_path / "A", tmp_path / "B", tmp_path / "AB"
+    assert main(["run", str(cfg), "--variant", "K4", "--out", str(a), "--quiet"]) == 0
+    assert main(["run", str(cfg), "--variant", "K8", "--out", str(b)]) == 0  # --quiet or not: the same experiment
+    assert main(["run", str(cfg), "--out", str(both), "--quiet"]) == 0
+    apart, together = tmp_path / "apart.md", tmp_path / "together.md"
+    for folders, page in (([a, b], apart), ([both], together)):
+        assert main(["report", *map(str, folders), "--out", str(page), "--metric", "final_accuracy"]) == 0
+    text = apart.read_text()
+    assert "A + B: run folders of one experiment (the same config but for the variants each ran), compared as one." \
+        in text
+    runs = json.loads((both / "summary.json").read_text())["runs"]
+    acc = {v: {r["seed"]: r["final_accuracy"] for r in runs if r["variant"] == v} for v in ("K4", "K8")}
+    d = np.array([acc["K8"][s] - acc["K4"][s] for s in (0, 1)])
+    assert d.std(ddof=1) > 0  # a real interval, not a degenerate one
+    half = stats.t.ppf(0.975, 1) * d.std(ddof=1) / math.sqrt(2)
+    cell = f"{d.mean():+.4f} [{d.mean() - half:+.4f}, {d.mean() + half:+.4f}] (n=2)"
+    assert _paired_row(text, "final_accuracy", "K8") == f"| K8 | {cell} |"
+    assert _paired_row(together.read_text(), "final_accuracy", "K8") == f"| K8 | {cell} |"
+    assert "| method | A + B |" in text and "| K8 | —" not in text and "was not run" not in text
+
+
+def test_folders_not_of_the_same_experiment_are_said_so(tmp_path, tiny):
+    cfg = _tiny_experiment(tmp_path, tiny)
+    a, c, a2 = tmp_path / "A", tmp_path / "C", tmp_path / "A2"
+    assert main(["run", str(cfg), "--variant", "K4", "--out", str(a), "--quiet"]) == 0
+    assert main(["run", str(cfg), "--variant", "K8", "--set", "rounds=4", "--out", str(c), "--quiet"]) == 0
+    assert main(["run", str(cfg), "--variant", "K4", "--seed", "1", "--out", str(a2), "--quiet"]) == 0
+    old = fake_run(tmp_path / "OLD", {"other": [0.3, 0.3]})  # no experiment.json: made before it was recorded
+    page = tmp_path / "p.md"
+    assert main(["report", str(a), str(c), str(old), str(a2), "--out", str(page), "--metric", "final_accuracy"]) == 0
+    text = page.read_text()
+    assert ("C shares no variant with A, but they are not the same experiment (`rounds` set by --set: (unset) in A, "
+            "4 in C): their variants are not compared seed by seed, and each folder is its own column.") in text
+    assert ("OLD shares no variant with A, but OLD has no experiment.json (made before turnout recorded it), so they "
+            "are not known to be the same experiment") in text
+    # A2 re-runs a unit A holds (K4 seed 1): two runs of one experiment stay two columns, and share a variant
+    assert "| method | A | C | OLD | A2 |" in text and "A2 shares" not in text and "A + A2" not in text
+    ours = tmp_path / "D"
+    assert main(["run", str(cfg), "--variant", "K8", "--set", "train.lr=0.1", "--out", str(ours), "--quiet"]) == 0
+    from turnout.app.report import why_not_one_experiment
+    assert why_not_one_experiment(c, ours) == ("they are not the same experiment (`rounds` set by --set: 4 in C, "
+                                               "(unset) in D)")
+    assert why_not_one_experiment(a, a2) == ""  # --seed picks units, not the experiment

@@ -6,9 +6,12 @@ the seed papers' tables do, with mean ± std over seeds and the best entry of ea
 Everything is read back from the run folders' ``summary.json``, ``config.yaml`` and rounds table, so
 a page can be rebuilt without re-running anything.
 
-Variants of one run folder are compared seed by seed: for a given seed they share the population
+Variants of one experiment are compared seed by seed: for a given seed they share the population
 (data partition, initial model, device profiles, availability draws), so the page also gives each
-variant's per-seed difference from a baseline variant with a paired t interval over the seeds.
+variant's per-seed difference from a baseline variant with a paired t interval over the seeds. Run
+folders of the same experiment run a variant at a time (``turnout run ... --variant NAME``) are one
+comparison, one column; folders that share no variant but are not of the same experiment stay apart,
+and the page says why.
 Every empty cell ("—") carries a footnote saying why it is empty.
 """
 
@@ -24,7 +27,7 @@ import yaml
 
 from ..core.errors import ConfigError, DataError
 from ..recorders.base import read_run_table
-from ..runs.rundir import CONFIG, SUMMARY, UNIT_GLOB, UNIT_IDENTITY, UNIT_ROWS, UNIT_SUMMARY, UNITS
+from ..runs.rundir import CONFIG, EXPERIMENT, SUMMARY, UNIT_GLOB, UNIT_IDENTITY, UNIT_ROWS, UNIT_SUMMARY, UNITS
 from ..runs.unit import read_rows
 
 #: which way is better, for bolding the best entry of a column
@@ -50,6 +53,11 @@ EMPTY_BECAUSE = {"centralized_accuracy": "eval.centralized_baseline was off",
                  "final_loss": "no evaluation ran", "best_loss": "no evaluation ran"}
 
 CONFIDENCE = 0.95
+
+#: top-level experiment keys that choose which units run or how they are shown and stored, never a
+#: unit's numbers (``--seed`` and ``--quiet`` land here): ignored when asking whether two run folders
+#: hold the same experiment
+NOT_THE_EXPERIMENT = {"seeds", "output", "recorder", "loggers"}
 
 
 def load_runs(folder: Path) -> dict:
@@ -78,6 +86,103 @@ def load_runs(folder: Path) -> dict:
                   for variant, cfg in (config.get("variants") or {}).items() for seed in config.get("seeds", [])
                   if (variant, seed) not in finished]
     return {"runs": runs, "incomplete": incomplete, "versions": config.get("turnout", {})}
+
+
+def experiment_identity(folder: Path) -> dict | None:
+    """What makes a run folder's units comparable seed by seed with another's: the experiment as given
+    (file and ``--set`` overrides, from ``experiment.json``) less :data:`NOT_THE_EXPERIMENT` and the
+    ``--variant`` choice (None: no ``experiment.json``)."""
+    path = Path(folder) / EXPERIMENT
+    if not path.is_file():
+        return None
+    doc = json.loads(path.read_text())
+    return {"file": {k: v for k, v in (doc.get("raw") or {}).items() if k not in NOT_THE_EXPERIMENT},
+            "--set": {k: v for k, v in (doc.get("overrides") or {}).items()
+                      if k.split(".")[0] not in NOT_THE_EXPERIMENT}}
+
+
+def _flat(doc, prefix: str = "") -> dict[str, object]:
+    """``{"a": {"b": 1}}`` → ``{"a.b": 1}`` (lists stay whole)."""
+    if not isinstance(doc, dict) or (not doc and prefix):
+        return {prefix: doc}
+    return {k: v for key, value in doc.items() for k, v in _flat(value, f"{prefix}.{key}" if prefix else key).items()}
+
+
+def _short_value(value) -> str:
+    text = "(unset)" if value is _UNSET else json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+_UNSET = object()
+
+
+def why_not_one_experiment(a: Path, b: Path) -> str:
+    """Why the run folders ``a`` and ``b`` are not the same experiment ("" when they are)."""
+    ids = {f: experiment_identity(f) for f in (a, b)}
+    missing = [Path(f).name for f, i in ids.items() if i is None]
+    if missing:
+        return (f"{' and '.join(missing)} {'has' if len(missing) == 1 else 'have'} no {EXPERIMENT} (made before "
+                "turnout recorded it), so they are not known to be the same experiment")
+    for part, where in (("file", "in the file"), ("--set", "set by --set")):
+        fa, fb = _flat(ids[a][part]), _flat(ids[b][part])
+        for key in dict.fromkeys([*fa, *fb]):
+            va, vb = fa.get(key, _UNSET), fb.get(key, _UNSET)
+            if va != vb:
+                return (f"they are not the same experiment (`{key}` {where}: {_short_value(va)} in {Path(a).name}, "
+                        f"{_short_value(vb)} in {Path(b).name})")
+    return ""
+
+
+def _units(summary: dict) -> set[str]:
+    """A run folder's units, finished or not, as ``"VARIANT seed N"``."""
+    finished = {f"{r['variant']} seed {r['seed']}" for r in summary["runs"]}
+    return finished | {u["unit"] for u in summary.get("incomplete", [])}
+
+
+def comparisons(folders: list[Path]) -> tuple[dict[str, list[Path]], list[str]]:
+    """The run folders as the page's columns, and a sentence for each column kept apart from another.
+
+    Folders of the same experiment (:func:`experiment_identity`) whose units (variant, seed) do not overlap
+    are one comparison: one column named ``A + B``, their variants paired seed by seed. Folders that share
+    a unit stay apart (two runs of one experiment, e.g. before and after a change). A folder that shares
+    no variant with any earlier column (it looks like the rest of a comparison) but is not of the first
+    column's experiment stays apart too, and a sentence says why.
+    """
+    groups: list[tuple[list[Path], set[str]]] = []
+    for folder in map(Path, folders):
+        summary, ident = load_runs(folder), experiment_identity(folder)
+        for members, units in groups:
+            if ident is not None and experiment_identity(members[0]) == ident and not units & _units(summary):
+                members.append(folder)
+                units |= _units(summary)
+                break
+        else:
+            groups.append(([folder], _units(summary)))
+    columns = {" + ".join(f.name for f in members): members for members, _ in groups}
+    lines = [f"{name}: run folders of one experiment (the same config but for the variants each ran), compared "
+             "as one." for name, members in columns.items() if len(members) > 1]
+    variants = {name: {r["variant"] for f in members for r in load_runs(f)["runs"]}
+                for name, members in columns.items()}
+    names = list(columns)
+    for j, later in enumerate(names[1:], 1):
+        if variants[later] and not any(variants[later] & variants[earlier] for earlier in names[:j]):
+            why = why_not_one_experiment(columns[names[0]][0], columns[later][0])
+            lines.append(f"{later} shares no variant with {names[0]}, but {why}: their variants are not "
+                         "compared seed by seed, and each folder is its own column.")
+    return columns, lines
+
+
+def _merged_runs(members: list[Path]) -> dict:
+    """:func:`load_runs` of several run folders of one experiment, as if they were one folder."""
+    parts = [load_runs(f) for f in members]
+    return {"runs": [r for p in parts for r in p["runs"]],
+            "incomplete": [u for p in parts for u in p.get("incomplete", [])],
+            "versions": parts[0].get("versions", {})}
+
+
+def _merged_targets(members: list[Path]) -> dict[str, float | None] | None:
+    parts = [t for t in map(load_targets, members) if t is not None]
+    return {k: v for t in parts for k, v in t.items()} if parts else None
 
 
 def _unit_rows(unit: Path) -> list[dict]:
@@ -373,21 +478,23 @@ def _check_columns(folder: Path, row: dict, flag: str, names: list[str]) -> None
                                           f"{', '.join(k for k in row if k not in ('variant', 'seed'))}")
 
 
-def _curves(folder: Path, column: str, x: str = "round", points: int = 100
+def _curves(folder: Path | list[Path], column: str, x: str = "round", points: int = 100
             ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
     """Per variant: x values, mean and std of ``column`` over seeds at each x, and the number of seeds.
 
     ``x = "round"`` averages the seeds round by round. Any other ``x`` (a rounds-table column such as
     ``cum_bytes_down`` or ``cum_resource_s``, or a sum ``cum_bytes_up+cum_bytes_down``) differs from seed to
     seed, so each seed's curve is interpolated linearly onto ``points`` common x values spanning the range
-    every seed covers, and the mean and std are taken there.
+    every seed covers, and the mean and std are taken there. Several folders (of one experiment) are read as one.
     """
-    rows = list(_rows(folder))
     x_columns = x.split("+") if x != "round" else []
-    if rows:
-        _check_columns(folder, rows[0], "--curve", [column])
-        _check_columns(folder, {**rows[0], **dict.fromkeys(VECTOR_COLUMNS)}, "--curve-x", x_columns)
-        rows = _with_vectors(folder, rows, x_columns)
+    rows = []
+    for one in folder if isinstance(folder, list) else [folder]:
+        mine = list(_rows(one))
+        if mine:
+            _check_columns(one, mine[0], "--curve", [column])
+            _check_columns(one, {**mine[0], **dict.fromkeys(VECTOR_COLUMNS)}, "--curve-x", x_columns)
+            rows += _with_vectors(one, mine, x_columns)
     per: dict[str, dict[object, list[tuple[float, float]]]] = {}
     for row in rows:
         value = row[column]
@@ -431,7 +538,7 @@ def _x_label(x: str) -> tuple[str, float]:
     return x.replace("+", " + "), 1.0
 
 
-def plot_curves(folders: dict[str, Path], column: str, out: Path, x: str = "round") -> Path:
+def plot_curves(folders: dict[str, Path | list[Path]], column: str, out: Path, x: str = "round") -> Path:
     """One panel per setting: ``column`` against ``x`` (the round by default, see :func:`_curves`), mean over seeds
     with a ± std band, one line per variant.
 
@@ -443,7 +550,8 @@ def plot_curves(folders: dict[str, Path], column: str, out: Path, x: str = "roun
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    per_setting = {name: list(dict.fromkeys(r["variant"] for r in load_runs(folder)["runs"]))
+    per_setting = {name: list(dict.fromkeys(r["variant"] for f in (folder if isinstance(folder, list) else [folder])
+                                            for r in load_runs(f)["runs"]))
                    for name, folder in folders.items()}
     every = list(dict.fromkeys(v for vs in per_setting.values() for v in vs))
     cmap = plt.get_cmap("tab10" if len(every) <= 10 else "tab20")
@@ -533,7 +641,8 @@ def write_report(folders: list[Path], out: Path, metrics: list[str], title: str,
     ``paired`` metrics (default: those of :data:`PAIRED_BY_DEFAULT` the page tabulates) get per-seed
     differences from ``baseline`` (default: the first variant of the first folder).
     """
-    summaries = {Path(f).name: load_runs(Path(f)) for f in folders}
+    columns, kept_apart = comparisons(folders)
+    summaries = {name: _merged_runs(members) for name, members in columns.items()}
     by_name = {Path(f).name: Path(f) for f in folders}
     for name in counts or []:
         if name not in by_name:
@@ -544,7 +653,7 @@ def write_report(folders: list[Path], out: Path, metrics: list[str], title: str,
                                                   f"{', '.join(variants)}")
     baseline = baseline if baseline is not None else (variants[0] if variants else None)
     paired = [m for m in metrics if m in PAIRED_BY_DEFAULT] if paired is None else paired
-    targets = {name: load_targets(folder) for name, folder in by_name.items()}
+    targets = {name: _merged_targets(members) for name, members in columns.items()}
     first = next(iter(summaries.values()))
     seeds = sorted({r["seed"] for s in summaries.values() for r in s["runs"]})
     cpu_s = sum(r.get("wall_s", 0.0) for s in summaries.values() for r in s["runs"])
@@ -561,6 +670,7 @@ def write_report(folders: list[Path], out: Path, metrics: list[str], title: str,
                   + ".", ""]
     if notes:
         lines += [notes.strip(), ""]
+    lines += [line for text in kept_apart for line in (text, "")]
     for name, s in summaries.items():
         if s.get("incomplete"):
             left = ", ".join(f"{u['unit']} ({u['rounds_done']} of {u['rounds']} rounds on disk)"
@@ -587,7 +697,7 @@ def write_report(folders: list[Path], out: Path, metrics: list[str], title: str,
                       paired_table(summaries, m, baseline, marks, targets), marks.markdown()]
     for x in (curve_x or ["round"]) if curve else []:
         stem = curve if x == "round" else f"{curve}_vs_{x.replace('+', '_plus_')}"
-        img = plot_curves({Path(f).name: Path(f) for f in folders}, curve, out.with_suffix("") / f"{stem}.png", x)
+        img = plot_curves(columns, curve, out.with_suffix("") / f"{stem}.png", x)
         against = "rounds" if x == "round" else _x_label(x)[0]
         band = "band: ± std" if x == "round" else "each seed interpolated onto common x values, band: ± std"
         lines += [f"## Server test {curve} against {against} (mean over seeds, {band}; seeds per variant in the "
