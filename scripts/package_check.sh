@@ -2,7 +2,8 @@
 # What a pip user gets, checked from outside the checkout: build the sdist and the wheel, `twine check`
 # them, install the wheel into a fresh virtual environment in a temporary folder (pins from
 # constraints.txt; torch must come out as the CPU build), then, from a temporary folder that is not the
-# checkout, run the bundled quickstart by name and write + validate a starter with `turnout new`.
+# checkout, run the bundled quickstart by name, write + validate a starter with `turnout new`, list the results pages
+# and check one of them against its bundled record (`turnout reproduce`).
 # Run by scripts/test.sh (CI); needs .venv with the test extra (build, twine). About 2 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,5 +43,10 @@ turnout list experiments
 turnout run quickstart --set rounds=5 --out run --quiet
 turnout new mylab
 turnout check mylab/experiment.yaml --plugin mylab/components.py
+turnout reproduce --list > pages.txt
+turnout reproduce --check fedgs_graphs --jobs 1 | tee check.txt
 { set +x; } 2>/dev/null
+grep -q "^fedgs_graphs: FedGS Table 4" pages.txt || { echo "package check: turnout reproduce --list lacks a page" >&2; exit 1; }
+grep -q "^1 of 1 pages match the code, 0 stale, 0 not checked" check.txt \
+  || { echo "package check: the bundled page fedgs_graphs does not check from the wheel" >&2; exit 1; }
 echo "package check: passed in $((SECONDS - start)) s"

@@ -1,7 +1,8 @@
 """A handful of the recorded output hashes, re-checked in the default suite (the full list: scripts/golden_hashes.py).
 
 tests/golden/hashes.json holds sha256 of rounds.csv and clients.csv for every experiment file
-(shortened to 10 rounds, seed 0), every setting scripts/reproduce.sh runs, and the seam matrix,
+(shortened to 10 rounds, seed 0, or fewer where its measured horizon is shorter: tests/golden/horizons.json), every
+setting `turnout reproduce` runs, and the seam matrix,
 recorded before a refactor; a behaviour-preserving change keeps every one of them. In the environment they were
 recorded in (tests/golden/environment.json) the tables must be byte-identical; on another BLAS kernel or CPU
 they must match the recorded tables (tests/golden/tables.json.gz) with every integer, string and boolean exact
@@ -10,6 +11,7 @@ and floats within the stated relative tolerance (docs/determinism.md).
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -74,3 +76,24 @@ def test_byte_identity_is_demanded_in_the_recording_environment():
     assert golden.compare(name, tables, RECORDED, TABLES, same_environment=True) == ("identical", [])
     verdict, _ = golden.compare(name, nudged, RECORDED, TABLES, same_environment=True)
     assert verdict == "DIFF"
+
+
+# ---- horizons: each case cut where another CPU's floats would leave the tolerance -----------------------------------
+def test_every_case_has_a_measured_horizon_and_runs_no_longer():
+    cuts = golden.horizons()
+    assert set(cuts) == set(golden.cases()), "measure new cases: golden_hashes.py --measure-horizons --names FILE"
+    for name, cut in cuts.items():
+        assert set(cut["horizons"]) == set(golden.FAMILY_NAMES), name
+        assert cut["rounds"] <= (cut["integer_horizon"] if cut["integers_only"] else cut["horizon"]), name
+
+
+def test_a_case_lengthened_past_its_horizon_is_refused(tmp_path, monkeypatch):
+    cuts = golden.horizons()
+    name, cut = next((n, c) for n, c in cuts.items() if c["horizon"] < c["asked"])  # a case that was cut
+    planted = {**cuts, name: {**cut, "rounds": cut["horizon"] + 1}}
+    path = tmp_path / "horizons.json"
+    path.write_text(json.dumps(planted))
+    monkeypatch.setattr(golden, "HORIZONS", path)
+    with pytest.raises(SystemExit, match=f"{re.escape(name)} runs {cut['horizon'] + 1} rounds, past its measured "
+                                         f"horizon of {cut['horizon']}"):
+        golden.cases()

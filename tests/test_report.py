@@ -48,10 +48,10 @@ def test_table_has_mean_std_and_bolds_the_best_of_each_column(tmp_path):
 
 def test_page_names_command_version_seeds_and_plot(tmp_path):
     a = fake_run(tmp_path / "runs" / "IDL", {"uniform": [0.3, 0.3, 0.3]})
-    out = write_report([a], tmp_path / "docs" / "fedgs.md", ["best_loss"], "FedGS", "bash scripts/reproduce.sh fedgs",
+    out = write_report([a], tmp_path / "docs" / "fedgs.md", ["best_loss"], "FedGS", "turnout reproduce fedgs",
                        elapsed_s=120)
     text = out.read_text()
-    assert "bash scripts/reproduce.sh fedgs" in text and "turnout 9.9" in text and "seeds 0, 1, 2" in text
+    assert "turnout reproduce fedgs" in text and "turnout 9.9" in text and "seeds 0, 1, 2" in text
     assert "wall-clock 2.0 min" in text and "![](fedgs/loss.png)" in text
     assert (tmp_path / "docs" / "fedgs" / "loss.png").stat().st_size > 1000
 

@@ -248,3 +248,13 @@ def test_whole_page_matches_the_code(name):
 
 def test_run_uses_this_checkout():
     assert run.package_parent() == Path(__import__("turnout").__file__).resolve().parents[1]
+
+
+def test_the_docs_computed_tables_are_the_records():
+    """docs/determinism.md's horizon tables and docs/results/README.md's claim counts are computed from the records
+    and pages (``turnout reproduce --docs``); a record re-measured without them fails here."""
+    from turnout.app.reproduce import docs
+
+    assert docs.problems(ROOT) == []
+    text = (ROOT / "docs" / "determinism.md").read_text()
+    assert "| adaptive_ou_8bit | 3 | 2 | 2 | 2 |" in text  # the slice of the AMD EPYC failure, cut at its horizon

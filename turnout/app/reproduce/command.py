@@ -6,6 +6,7 @@
     turnout reproduce --check --full PAGE          # re-run the whole page and compare every table
     turnout reproduce --record-slice PAGE... | all # measure a page's slice again: horizons and numbers
     turnout reproduce --report PAGE                # write the page again from runs/reproduce/PAGE
+    turnout reproduce --docs                       # rewrite the docs' claim counts and horizon tables
 """
 
 from __future__ import annotations
@@ -31,7 +32,11 @@ def add_parser(sub) -> None:
                       help="measure each page's check slice again (horizons under every emulated CPU, numbers) "
                            "without re-running the page")
     mode.add_argument("--report", action="store_true", help="write the page again from its run folders")
+    mode.add_argument("--docs", action="store_true",
+                      help="in a checkout: rewrite the docs' computed tables (claim counts, horizons) from the records")
     rp.add_argument("--full", action="store_true", help="with --check: re-run the whole page, compare every table")
+    rp.add_argument("--slice-rounds", type=int, default=None, metavar="N",
+                    help="with --record-slice: keep N rounds instead of the measured cut (refused past the horizon)")
     rp.add_argument("--jobs", type=int, default=int(os.environ.get("JOBS", "2")),
                     help="worker processes (default 2, or $JOBS); results do not depend on it")
     rp.add_argument("--out", type=Path, default=None,
@@ -59,8 +64,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--jobs", args.jobs, "give at least 1 worker process")
     if args.full and not args.check:
         raise ConfigError("--full", True, "goes with --check")
+    if args.slice_rounds is not None and (not args.record_slice or args.slice_rounds < 1):
+        raise ConfigError("--slice-rounds", args.slice_rounds, "goes with --record-slice and is at least 1")
     if args.list:
         return _list()
+    if args.docs:
+        return _docs()
     if args.check:
         return _check(_names(args, True), args)
     names = _names(args, args.record_slice)
@@ -70,13 +79,25 @@ def run(args: argparse.Namespace) -> int:
 
     for n in names:
         if args.record_slice:
-            sl = make.record_slice(n, args.jobs, out=out(n))["slice"]
+            sl = make.record_slice(n, args.jobs, args.slice_rounds, out(n))["slice"]
             print(f"{n}: {sl['rounds']} of {sl['asked_rounds']} rounds kept"
                   + (" (integers only)" if sl["integers_only"] else "") + f"; horizons {sl['horizons']}", flush=True)
         elif args.report:
             print(f"wrote {make.report(n, runs(n), out(n))}")
         else:
             make.make(n, args.jobs, runs(n), out(n))
+    return 0
+
+
+def _docs() -> int:
+    from . import docs
+    from .make import checkout
+
+    root = checkout()
+    if root is None:
+        raise ConfigError("--docs", True, "rewrites a checkout's docs; run it in a clone of turnout")
+    changed = docs.update(root)
+    print(f"rewrote {', '.join(changed)}" if changed else "the docs' computed tables are current")
     return 0
 
 

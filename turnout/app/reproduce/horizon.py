@@ -151,3 +151,19 @@ def cut(asked: int, tables: dict[str, str], reference: str = "native") -> Cut:
         return Cut(held, False, horizons, ints, asked, first)
     held_int = min([asked, *(h for h in ints.values() if h is not None)])
     return Cut(held_int, True, horizons, ints, asked, first)
+
+
+def markdown_table(cuts: dict[str, dict], families: tuple[str, ...], label: str = "page") -> str:
+    """A Markdown table of recorded cuts: one row each, the rounds asked and kept and each family's horizon
+    (``≥ n``: it held every round measured)."""
+    head = f"| {label} | asked | kept | " + " | ".join(families) + " | first drift |"
+    lines = [head, "|---|---|---|" + "---|" * len(families) + "---|"]
+    for name, c in cuts.items():
+        asked = c.get("asked", c.get("asked_rounds"))
+        kept = f"{c['rounds']}" + (" (integers only)" if c["integers_only"] else "")
+        cells = [f"≥ {asked}" if c["horizons"].get(f) is None else str(c["horizons"][f]) for f in families]
+        first = min(c.get("first_drift", {}).items(), key=lambda kv: int(kv[1].split(",")[0].split()[1]),
+                    default=("", "—"))
+        drift = f"{first[0]}: {first[1]}" if first[0] else "—"
+        lines.append(f"| {name} | {asked} | {kept} | " + " | ".join(cells) + f" | {drift} |")
+    return "\n".join(lines) + "\n"

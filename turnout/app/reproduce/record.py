@@ -87,6 +87,15 @@ def measure_slice(page: Page, tuned: dict, rounds: int | None = None, jobs: int 
     return sl
 
 
+def horizon_table() -> str:
+    """Every page's slice cut as a Markdown table (docs/determinism.md holds it; a test keeps it current)."""
+    from .horizon import markdown_table
+    from .spec import names
+
+    cuts = {n: r["slice"] for n in names() if (r := read(n)) and "horizons" in r["slice"]}
+    return markdown_table(cuts, FAMILIES)
+
+
 def cpu_model() -> str:
     """The CPU's model name (``/proc/cpuinfo``), else the platform's word for it."""
     try:
