@@ -31,6 +31,9 @@ def add_parser(sub) -> None:
     mode.add_argument("--record-slice", action="store_true",
                       help="measure each page's check slice again (horizons under every emulated CPU, numbers) "
                            "without re-running the page")
+    mode.add_argument("--rehash", action="store_true",
+                      help="accept a page's new config hash when its slice still gives the record's numbers bit for "
+                           "bit on the recording CPU (a new default that changes nothing)")
     mode.add_argument("--report", action="store_true", help="write the page again from its run folders")
     mode.add_argument("--docs", action="store_true",
                       help="in a checkout: rewrite the docs' computed tables (claim counts, horizons) from the records")
@@ -72,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         return _docs()
     if args.check:
         return _check(_names(args, True), args)
-    names = _names(args, args.record_slice)
+    names = _names(args, args.record_slice or args.rehash)
     out = (lambda n: args.out / f"{n}.md") if args.out else (lambda n: None)
     runs = (lambda n: args.runs / n) if args.runs else (lambda n: None)
     from . import make
@@ -82,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
             sl = make.record_slice(n, args.jobs, args.slice_rounds, out(n))["slice"]
             print(f"{n}: {sl['rounds']} of {sl['asked_rounds']} rounds kept"
                   + (" (integers only)" if sl["integers_only"] else "") + f"; horizons {sl['horizons']}", flush=True)
+        elif args.rehash:
+            print(make.rehash(n), flush=True)
         elif args.report:
             print(f"wrote {make.report(n, runs(n), out(n))}")
         else:

@@ -20,7 +20,17 @@ from pathlib import Path
 from ...core.emulation import FAMILIES
 from ...core.environment import CROSS_CPU_RTOL
 from . import record as records
-from .run import SLICE_METRICS, children_cpu_s, choose, config_hash, package_parent, run_setting, tuned_sets
+from .run import (
+    SLICE_METRICS,
+    children_cpu_s,
+    choose,
+    config_hash,
+    package_parent,
+    run_setting,
+    run_slice,
+    slice_numbers,
+    tuned_sets,
+)
 from .spec import Page, load
 
 
@@ -163,13 +173,36 @@ def record_slice(name: str, jobs: int, rounds: int | None = None, out: Path | No
     now = config_hash(page, old.get("tuned", {}))
     if now != old["config_hash"]:
         raise SystemExit(f"{name}: the resolved configs changed since the page was made (config hash {now}, the "
-                         f"record's {old['config_hash']}): regenerate the page with `turnout reproduce {name}`")
+                         f"record's {old['config_hash']}): regenerate the page with `turnout reproduce {name}`, or, "
+                         "when only defaults were added that change no number, `--rehash` it")
     record = {**old, "slice": records.measure_slice(page, old.get("tuned", {}), rounds, jobs)}
     records.write(record, records.record_path(name))
     out = out or default_out() / f"{name}.md"
     if out.is_file():
         out.write_text(replace_slice_section(out.read_text(), name, record))
     return record
+
+
+def rehash(name: str, out: Path | None = None) -> str:
+    """Accept page ``name``'s new config hash where its resolved configs changed but its numbers did not: a new
+    option whose default changes nothing (a refactor, a new block). The slice must give the record's numbers
+    bit for bit, here, where they were recorded; the golden cases (every experiment file and setting) vouch for
+    the rest. Anything else is refused: regenerate the page."""
+    page = load(name)
+    old = records.read(name)
+    now = config_hash(page, old.get("tuned", {}))
+    if now == old["config_hash"]:
+        return f"{name}: config hash {now} unchanged"
+    same_machine = old["slice"]["measured_on"]["cpu"] == records.cpu_model()
+    with tempfile.TemporaryDirectory(prefix=f"turnout-rehash-{name}-") as tmp:
+        numbers = slice_numbers(run_slice(page, old.get("tuned", {}), old["slice"]["rounds"], Path(tmp) / "run"))
+    if not same_machine or numbers != old["slice"]["numbers"]:
+        why = "the slice's numbers moved" if same_machine else "the record was measured on another CPU"
+        raise SystemExit(f"{name}: config hash {old['config_hash']} → {now}, and {why}: regenerate the page with "
+                         f"`turnout reproduce {name}`")
+    record = {**old, "config_hash": now, "rehashed": [*old.get("rehashed", []), old["config_hash"]]}
+    records.write(record, records.record_path(name))
+    return f"{name}: config hash {old['config_hash']} → {now}; the slice's numbers are bit-identical"
 
 
 def report(name: str, folder: Path | None = None, out: Path | None = None) -> Path:
