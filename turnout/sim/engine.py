@@ -158,9 +158,9 @@ class Simulation(Stateful):
     def load_state_dict(self, state: dict) -> None:
         if "versions" not in state:  # a checkpoint from before asynchronous rounds: no version was held
             state = {**state, "versions": ModelVersions().state_dict()}
-        for seam in ("privacy", "secure_aggregation"):  # a checkpoint from before these seams: they were off
-            if seam not in state:
-                state = {**state, seam: getattr(self, seam).state_dict()}
+        if "privacy" not in state:  # a checkpoint from before these seams: they were off
+            state = {**state, "privacy": self.privacy.state_dict(),
+                     "secure_aggregation": self.secure_aggregation.state_dict()}
         super().load_state_dict(state)
 
     @property
