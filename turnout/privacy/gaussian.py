@@ -19,6 +19,7 @@ from pydantic import Field
 
 from ..config.base import StrictModel
 from ..core import rng as rngmod
+from ..core.capabilities import WorldNeed
 from ..core.errors import ConfigError
 from ..core.records import Reports
 from . import accounting
@@ -57,6 +58,11 @@ class GaussianDP(Privacy):
     clips = True
     state_attrs = ("clip_norm", "unclipped", "amplified_rdp")
     scratch_attrs = ("last", "facts", "ledger_ok", "why_not_amplified")
+
+    @classmethod
+    def needs_simulator(cls, cfg: GaussianConfig) -> WorldNeed:
+        return WorldNeed("name", "gaussian", "it clips and noises inside the simulated round loop (a deployment's "
+                         "devices and server step do not call it yet)", "privacy.name: none")
 
     def __init__(self, cfg: GaussianConfig, ctx: PrivacyContext):
         super().__init__(cfg, ctx)

@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from ..config.base import NoOptions, StrictModel
-from ..core.capabilities import Deployable
+from ..core.capabilities import Deployable, WorldNeed
 from ..core.records import RoundClose
 from ..core.registry import Registry
 from ..core.state import Stateful
@@ -99,6 +99,11 @@ class SecAgg(SecureAggregation):
 
     Config = SecAggConfig
     active = True
+
+    @classmethod
+    def needs_simulator(cls, cfg: SecAggConfig) -> WorldNeed:
+        return WorldNeed("name", "secagg or secagg_plus", "it is a cost model of the simulated clock, not a protocol devices run",
+                         "secure_aggregation.name: none")
 
     def neighbours(self, n: int) -> int:
         """How many clients each client shares keys with."""
