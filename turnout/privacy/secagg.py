@@ -102,8 +102,8 @@ class SecAgg(SecureAggregation):
 
     @classmethod
     def needs_simulator(cls, cfg: SecAggConfig) -> WorldNeed:
-        return WorldNeed("name", "secagg or secagg_plus", "it is a cost model of the simulated clock, not a protocol devices run",
-                         "secure_aggregation.name: none")
+        return WorldNeed("name", "secagg or secagg_plus", "it is a cost model of the simulated clock, not a "
+                         "protocol devices run", "secure_aggregation.name: none")
 
     def neighbours(self, n: int) -> int:
         """How many clients each client shares keys with."""
