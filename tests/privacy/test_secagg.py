@@ -39,9 +39,15 @@ def test_secagg_fails_when_survivors_fall_below_the_threshold():
     """Same round, but two of the three that submitted go offline before unmasking (at 10.2 s < 10 + 0.2 + 0.1):
     1 survivor < t = 2, so nothing is aggregated."""
     sa = SecAgg(SecAggConfig(threshold=0.5, round_trip_s=0.1, prg_values_per_s=1e6))
-    out, bill = sa.close(_verdict([1, 1, 1, 0]), 10.0, np.array([100.0, 10.2, 10.2, 1.0]), _free, _free, dim=1000)
+    verdict = RoundClose(aggregated=np.array([1, 1, 1, 0], bool), late=np.array([0, 0, 0, 1], bool), duration_s=10.0,
+                         busy_s=np.ones(4))
+    out, bill = sa.close(verdict, 10.0, np.array([100.0, 10.2, 10.2, 1e9]), _free, _free, dim=1000,
+                         sent_up=np.full(4, 4000))
     assert bill.failed and bill.survivors == 1
-    assert not out.aggregated.any() and not out.late.any()
+    assert not out.aggregated.any()
+    np.testing.assert_array_equal(out.late, [0, 0, 0, 1])  # a straggler still computing finishes as it would have
+    # the three masked inputs were sent (4000 B each) on top of keys and shares (256 B; the survivor 192 B more)
+    np.testing.assert_array_equal(bill.up, [256 + 192 + 4000, 256 + 4000, 256 + 4000, 256])
 
 
 def test_secagg_plus_shares_with_log_many_neighbours():

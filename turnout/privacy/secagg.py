@@ -11,7 +11,8 @@ aggregation with (poly)logarithmic overhead") shares keys with k = O(log n) neig
 instead of all n − 1 clients, which shrinks the key-share bytes and the unmasking work by n / k.
 
 The round fails — nothing is aggregated, the clients' work is wasted — when fewer than the threshold t of
-the launched clients submit a masked input, or fewer than t are still online to unmask.
+the launched clients submit a masked input, or fewer than t are still online to unmask; the masked inputs sent
+are still charged, and clients still computing finish as they would have (their reports are then dropped).
 Modelled here: bytes and seconds of the extra exchanges, PRG expansions, the threshold; not modelled:
 consistency checks against a malicious server, field-size overhead of the masked input.
 """
@@ -70,8 +71,13 @@ class SecureAggregation(Stateful, Deployable):
         self.cfg = cfg
 
     def close(self, verdict: RoundClose, duration_s: float, dropped_at_s: np.ndarray, upload_s, download_s,
-              dim: int) -> tuple[RoundClose, SecAggBill | None]:
-        """The verdict once secure aggregation has run over it, and what it cost (None: nothing)."""
+              dim: int, sent_up: np.ndarray | None = None) -> tuple[RoundClose, SecAggBill | None]:
+        """The verdict once secure aggregation has run over it, and what it cost (None: nothing).
+
+        ``duration_s``: the round's length from the cohort's start; ``dropped_at_s``: when each launched client goes
+        offline (from the same start); ``upload_s(j, bytes)`` / ``download_s(j, bytes)``: seconds for cohort members
+        ``j``; ``sent_up``: each member's masked-input bytes, still charged when the round fails.
+        """
         return verdict, None
 
 
@@ -110,7 +116,7 @@ class SecAgg(SecureAggregation):
         return max(0, n - 1)
 
     def close(self, verdict: RoundClose, duration_s: float, dropped_at_s: np.ndarray, upload_s, download_s,
-              dim: int) -> tuple[RoundClose, SecAggBill | None]:
+              dim: int, sent_up: np.ndarray | None = None) -> tuple[RoundClose, SecAggBill | None]:
         cfg = self.cfg
         n = len(verdict.aggregated)
         if n == 0:
@@ -137,12 +143,15 @@ class SecAgg(SecureAggregation):
             talk = float(np.max(upload_s(idx[survivors], unmask_up[survivors])
                                 + download_s(idx[survivors], unmask_down[survivors]), initial=0.0))
             unmask_s = cfg.round_trip_s + talk + (0.0 if failed else prg)
-        bill = SecAggBill(setup_s=setup_s, unmask_s=unmask_s, up=setup_up + unmask_up, down=setup_down + unmask_down,
+        up = setup_up + unmask_up
+        if failed and sent_up is not None:  # the masked inputs were sent; the server could not unmask their sum
+            up = up + np.where(submitted, np.asarray(sent_up, np.int64), 0)
+        bill = SecAggBill(setup_s=setup_s, unmask_s=unmask_s, up=up, down=setup_down + unmask_down,
                           submitted=int(submitted.sum()), survivors=int(survivors.sum()), dropped=dropped, threshold=t,
                           failed=failed)
-        if failed:
-            none = np.zeros(n, bool)
-            verdict = RoundClose(aggregated=none, late=none, duration_s=verdict.duration_s, busy_s=verdict.busy_s)
+        if failed:  # nothing is aggregated; clients still computing finish as they would have (and are dropped)
+            verdict = RoundClose(aggregated=np.zeros(n, bool), late=verdict.late, duration_s=verdict.duration_s,
+                                 busy_s=verdict.busy_s)
         return verdict, bill
 
 

@@ -356,7 +356,7 @@ class Simulation(Stateful):
         verdict = self.work.settle(self, opened, trained, verdict, duration)
         verdict, secagg = self.secure_aggregation.close(
             verdict, duration - probe_s, dropped_at, lambda j, b: self.pricer.upload_s(clients[j], b),
-            lambda j, b: self.pricer.download_s(clients[j], b), self.model.dim)
+            lambda j, b: self.pricer.download_s(clients[j], b), self.model.dim, trained.up)
         if secagg is not None:  # its exchanges before training and its unmasking after the close take time
             duration += secagg.extra_s
         agg = verdict.aggregated & ~trained.rejected
