@@ -110,3 +110,18 @@ def test_dp_without_the_extra_is_refused_in_one_line(tiny, monkeypatch):
     with pytest.raises(ConfigError) as exc:
         expand(_with(tiny, privacy=DP))
     assert exc.value.key == "privacy.name" and "turnout[privacy]" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_clients_csv_keeps_every_variant_when_only_some_have_epsilon(tmp_path, capsys, tiny):
+    """A DP variant beside one without DP: clients.csv has every client of both, ε empty where DP was off."""
+    raw = _with(tiny, rounds=2, variants=[{"name": "dp", "set": {"privacy": DP}}, {"name": "plain"}])
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["run", str(path), "--quiet", "--out", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    import csv
+
+    rows = list(csv.DictReader(open(tmp_path / "run" / "clients.csv")))
+    assert [r["variant"] for r in rows].count("dp") == 20 and [r["variant"] for r in rows].count("plain") == 20
+    assert all(float(r["epsilon"]) >= 0 for r in rows if r["variant"] == "dp")
+    assert all(r["epsilon"] in ("", "nan") for r in rows if r["variant"] == "plain")
