@@ -56,6 +56,11 @@ SETTINGS = {
     "fedyogi_refl_history": {"algorithm": {"name": "fedyogi"},
                              "selector": {"name": "refl_ips", "clients_per_round": K, "predictor": "history"},
                              "availability": {"name": "trace"}},
+    "dp_adaptive_clip_trace": {"privacy": {"name": "gaussian", "clip_norm": 0.05, "noise_multiplier": 1.0,
+                                           "adaptive": {"target_quantile": 0.5, "count_noise": 1.0}},
+                               "availability": {"name": "trace"}},
+    "secagg_plus_deadline": {"secure_aggregation": {"name": "secagg_plus"},
+                             "round_mode": {"name": "deadline", "deadline_s": 0.1}},
 }
 
 

@@ -109,6 +109,8 @@ class AdaptiveOU(Algorithm):
     update_kind = UploadKind.NACK_OR_DELTA  # a NACK is (norm, 0, …, 0): a compressor would corrupt it
     own_compression = "algorithm.quantize: true (its own 8-bit uploads, which keep the NACKs intact)"
     cohort_bound = "estimates the silent members of the round's own cohort from their OU models"
+    dp_unsound = ("keeps OU estimates fitted to raw updates and its send-or-not reads each raw norm; its NACKs "
+                  "carry the norm un-noised")
 
     state_attrs = ("threshold", "ou", "predicted", "prev_params", "full_uploads", "nacks")
     scratch_attrs = ("round", "last_metrics")

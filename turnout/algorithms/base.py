@@ -102,6 +102,12 @@ class Algorithm(Stateful, Deployable, ABC):
     #: the server rule reads the model each report's client started from (``Reports.origin_models``: FedAsync
     #: mixes models); the engine then keeps the versions that clients in flight hold
     reads_origin_models: ClassVar[bool] = False
+    #: why client-level DP (clipping + Gaussian noise on the clipped sum, turnout.privacy) cannot protect this rule, and
+    #: why secure aggregation cannot serve it; empty: the server step reads the reports only through
+    #: ``Reports.weighted_mean()`` (a weighted average of client deltas), which the privacy seam replaces by the noised
+    #: fixed-denominator estimate. A rule that keeps raw per-client updates on the server releases them un-noised.
+    dp_unsound: ClassVar[str] = "reads each report itself, not only their weighted mean, so noise on the clipped sum " \
+                                "would not reach its step"
 
     def __init__(self, cfg: BaseModel, ctx: AlgorithmContext):
         self.cfg = cfg

@@ -47,6 +47,7 @@ class FedAvg(Algorithm):
     state_attrs = ("momentum_buf",)
     aggregates_on_device = True  # a weighted mean of the reports; the momentum buffer is the CPU global's size
     sums_reports = True  # model deltas, read through Reports.weighted_mean() alone
+    dp_unsound = ""  # a weighted mean of client deltas: the noised clipped sum replaces it
 
     def __init__(self, cfg: FedAvgConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)

@@ -37,6 +37,7 @@ class FedVARP(Algorithm):
     """FedVARP: mean of stored client updates plus the participants' fresh corrections (variance reduction)."""
 
     Config = FedVARPConfig
+    dp_unsound = "keeps every client's latest raw update on the server (its variance-reduction memory)"
 
     state_attrs = ("memory",)
 

@@ -37,6 +37,7 @@ class MIFA(Algorithm):
     """MIFA: the server averages every client's latest update (zeros until it first reports), every round."""
 
     Config = MIFAConfig
+    dp_unsound = "keeps every client's latest raw update on the server and re-releases it each round"
 
     state_attrs = ("memory",)
 

@@ -64,6 +64,7 @@ class SAFA(Algorithm):
 client models."""
 
     Config = SAFAConfig
+    dp_unsound = "keeps a cache of every client's latest raw model on the server"
     uses_stale_updates = True
 
     state_attrs = ("version", "x0", "cache_sum", "history")

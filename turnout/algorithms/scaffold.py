@@ -59,6 +59,7 @@ class Scaffold(Algorithm):
     """SCAFFOLD (option II): control variates correct client drift; original 2-vector or single-vector uplink."""
 
     Config = ScaffoldConfig
+    dp_unsound = "keeps per-client control variates built from raw updates, and uploads them un-noised"
     downlink_vectors = 2
     requires_plain_sgd = True  # option II inverts x_K = x_0 − η Σ (g + c − c_i)
     cohort_bound = "inverts each report with the lr and local steps of the round's own cohort (option II)"

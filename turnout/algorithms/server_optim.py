@@ -82,6 +82,7 @@ class _AdaptiveServer(Algorithm):
     rule: Literal["adam", "yogi"]
     state_attrs = ("opt",)
     sums_reports = True  # FedAvg's model deltas, read through Reports.weighted_mean() alone
+    dp_unsound = ""  # an optimizer step on the weighted mean of client deltas (post-processing of the noised sum)
 
     def __init__(self, cfg: AdaptiveServerConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)

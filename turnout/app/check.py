@@ -11,7 +11,7 @@ the data or more clients per round than the dataset has clients are caught too. 
 
 from __future__ import annotations
 
-from ..config.loader import ResolvedExperiment
+from ..config.loader import QUIET_WHEN_OFF, ResolvedExperiment
 from ..config.options import as_yaml, changed_options
 from ..core.errors import ConfigError
 from ..runs.plan import prepare, require_shared_seeds, where_prefix
@@ -52,6 +52,8 @@ def describe_variant(exp: ResolvedExperiment) -> list[str]:
     cfg = exp.config
     lines = [f"{exp.variant}: {cfg.rounds} rounds, seeds {as_yaml(list(cfg.seeds))}"]
     for seam, comp in exp.components.items():
+        if seam in QUIET_WHEN_OFF and comp.name == "none":  # switched off, as config.yaml leaves it out
+            continue
         lines.append(f"  {seam:<13} {comp.name:<20} {_options(changed_options(comp.cfg))}".rstrip())
     blocks = {"train": exp.train, **{k: getattr(cfg, k) for k in BLOCKS if "." not in k and k != "train"}}
     for key, block in blocks.items():

@@ -34,10 +34,12 @@ from ..runs.unit import read_rows
 LOWER_IS_BETTER = {"best_loss", "final_loss", "bytes_up", "bytes_down", "bytes_down_to_target", "bytes_up_to_target",
                    "rounds_to_target", "sim_time_to_target_s", "download_time_to_target_s", "download_time_s",
                    "sim_time_s", "resource_s", "wasted_s", "tau_max", "tau_avg", "selection_count_var",
-                   "never_selected", "tail_accuracy_std"}
+                   "never_selected", "tail_accuracy_std", "dp_epsilon", "dp_epsilon_client_max",
+                   "dp_epsilon_client_median", "dp_epsilon_over_budget", "dp_epsilon_amplified_max",
+                   "dp_epsilon_amplified_median", "secagg_failed_rounds", "secagg_s"}
 
 #: metrics with no better direction (shares of a whole): never bolded
-NEUTRAL = {"download_share", "compute_share", "upload_share", "stale_per_round"}
+NEUTRAL = {"download_share", "compute_share", "upload_share", "stale_per_round", "dp_clipped_frac", "dp_norm_median"}
 
 #: metrics counted up to the first evaluation at or above ``eval.target_accuracy`` (empty when never reached)
 TARGET_METRICS = {"rounds_to_target", "sim_time_to_target_s", "download_time_to_target_s", "bytes_down_to_target",

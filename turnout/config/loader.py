@@ -81,12 +81,22 @@ class ResolvedExperiment:
         return self.lists.get("loggers", ())
 
     def as_dict(self) -> dict[str, Any]:
-        """The fully resolved configuration (defaults filled in), as written to ``config.yaml``."""
-        out = self.config.model_dump(mode="json", exclude={"variants"})
+        """The fully resolved configuration (defaults filled in), as written to ``config.yaml``.
+
+        The blocks of :data:`QUIET_WHEN_OFF` are left out while they hold their ``none`` component, so a run that
+        does not use them resolves (and hashes) as it did before they existed.
+        """
+        quiet = {seam for seam in QUIET_WHEN_OFF if seam in self.components
+                 and self.components[seam].as_dict() == {"name": "none"}}
+        out = self.config.model_dump(mode="json", exclude={"variants", *quiet})
         out["train"] = self.train.model_dump(mode="json")
-        out.update({seam: c.as_dict() for seam, c in self.components.items()})
+        out.update({seam: c.as_dict() for seam, c in self.components.items() if seam not in quiet})
         out.update({key: [c.as_dict() for c in comps] for key, comps in self.lists.items()})
         return out
+
+
+#: Seams added after runs were first recorded: left out of the resolved configuration while switched off (``none``)
+QUIET_WHEN_OFF = ("privacy", "secure_aggregation")
 
 
 #: What a minimal experiment file looks like, for the message that refuses an empty one.

@@ -125,6 +125,10 @@ class ExperimentConfig(StrictModel):
     compressor: dict[str, Any] = Field(default_factory=lambda: {"name": "none"})
     executor: dict[str, Any] = Field(default_factory=lambda: {"name": "sequential"})
     recorder: dict[str, Any] = Field(default_factory=lambda: {"name": "csv"})
+    privacy: dict[str, Any] = Field(default_factory=lambda: {"name": "none"},
+                                    description="client-level differential privacy: clipping, noise, accounting")
+    secure_aggregation: dict[str, Any] = Field(default_factory=lambda: {"name": "none"},
+                                               description="SecAgg / SecAgg+ as a cost and failure model")
     eval: EvalConfig = EvalConfig()
     output: OutputConfig = OutputConfig()
     runtime: RuntimeConfig = RuntimeConfig()

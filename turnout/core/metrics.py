@@ -20,7 +20,12 @@ SUMMARY_KEYS = ("final_accuracy", "best_accuracy", "tail_accuracy", "tail_accura
                 "compute_time_s", "upload_time_s", "download_share", "compute_share", "upload_share",
                 "stale_per_round", "reports_aggregated", "staleness_mean", "resource_s", "wasted_s", "tau_max",
                 "tau_avg", "selection_count_var",
-                "centralized_accuracy", "wall_s", "diverged_at_round")
+                "centralized_accuracy", "wall_s", "diverged_at_round",
+                # client-level DP (turnout.privacy): the standard ε, the per-client ε for the participation that
+                # happened, reports clipped; secure aggregation's failed rounds and extra seconds
+                "dp_epsilon", "dp_epsilon_client_max", "dp_epsilon_client_median", "dp_epsilon_over_budget",
+                "dp_epsilon_amplified_max", "dp_epsilon_amplified_median", "dp_clipped_frac", "dp_norm_median",
+                "secagg_failed_rounds", "secagg_s")
 
 #: Results a diverged run does not have: an accuracy measured before the model blew up is no final result.
 DIVERGED_UNREPORTED = ("final_accuracy", "best_accuracy", "tail_accuracy", "tail_accuracy_std", "final_loss",
@@ -124,6 +129,13 @@ def summarize(variant: str, seed: int, rows: list[dict], extra: Mapping[str, Any
         s["staleness_mean"] = float(np.nansum(tau * n_agg) / n_agg.sum()) if n_agg.sum() else math.nan
     else:
         s["staleness_mean"] = math.nan
+    if "dp_clipped_frac" in last:  # client-level DP: the mean share of reports clipped, the median raw norm
+        for col in ("dp_clipped_frac", "dp_norm_median"):
+            vals = np.array([r[col] for r in rows], dtype=float)
+            s[col] = float(np.nanmean(vals)) if np.any(~np.isnan(vals)) else math.nan
+    if "secagg_failed" in last:  # secure aggregation: rounds that failed, seconds its exchanges added
+        s["secagg_failed_rounds"] = int(sum(r["secagg_failed"] for r in rows))
+        s["secagg_s"] = float(sum(r["secagg_setup_s"] + r["secagg_unmask_s"] for r in rows))
     s["download_share"], s["compute_share"], s["upload_share"] = time_shares(
         s["download_time_s"], s["compute_time_s"], s["upload_time_s"])
     if target is not None:

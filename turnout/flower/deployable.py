@@ -16,7 +16,7 @@ from ..core.errors import ConfigError
 
 #: The seams whose components run in a deployment; availability, devices, data and executor are the
 #: simulated world, which real nodes replace.
-DEPLOYED_SEAMS = ("selector", "algorithm", "compressor", "round_mode")
+DEPLOYED_SEAMS = ("selector", "algorithm", "compressor", "round_mode", "privacy", "secure_aggregation")
 
 
 def derives_upload(exp: ResolvedExperiment) -> bool:

@@ -15,6 +15,7 @@ crash), ``turnout resume DIR`` continues every unfinished unit from its last che
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import time
 import warnings
@@ -96,12 +97,16 @@ def tables(units: list[UnitTables]) -> dict[str, dict[str, list]]:
     """
     rounds = [{"variant": u.variant, "seed": u.seed, **row} for u in units for row in u.rounds]
     clients: dict[str, list] = {}
+    done = 0  # rows so far: a column a unit lacks (a privacy variant's ε beside one without DP) is NaN there
     for u in units:
         if not u.clients:
             continue
         n = len(next(iter(u.clients.values())))
         for k, v in {"variant": [u.variant] * n, "seed": [u.seed] * n, **u.clients}.items():
-            clients.setdefault(k, []).extend(v)
+            clients.setdefault(k, [math.nan] * done).extend(v)
+        done += n
+        for v in clients.values():
+            v.extend([math.nan] * (done - len(v)))
     comparison = rows_to_columns(comparison_rows([u.summary for u in units if u.summary]))
     return {"rounds": rows_to_columns(rounds), "clients": clients, "comparison": comparison}
 

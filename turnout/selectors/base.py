@@ -42,6 +42,10 @@ class Selector(Stateful, Deployable, ABC):
     #: chooses a cohort of any size up to ``ctx.launch``, one client included: asynchronous rounds ask it to
     #: refill the slots freed by arrivals. False: it builds a whole cohort of ``clients_per_round`` at once
     fills_free_slots: ClassVar[bool] = False
+    #: why the choice of a cohort reads client data (losses, update norms, labels, sample counts): what such a
+    #: choice releases is not covered by a DP mechanism's noise, and no amplification by sampling is claimed for
+    #: it. Empty: the choice depends on the world alone (availability, device timings, its own randomness, history)
+    reads_client_data: ClassVar[str] = "does not declare whether its choice reads client data"
 
     def __init__(self, cfg: BaseModel, world: WorldContext):
         self.cfg = cfg
@@ -66,6 +70,12 @@ class Selector(Stateful, Deployable, ABC):
     @abstractmethod
     def select(self, ctx: SelectionContext) -> Cohort:
         """Pick up to ``ctx.launch`` clients from ``ctx.available``."""
+
+    def inclusion_probabilities(self, available: np.ndarray, launch: int) -> np.ndarray | None:
+        """Each available client's probability of being launched this round, when the selector can say it (its
+        choice reads no client data and depends on no state it keeps); None: not declared (no amplified
+        privacy accounting)."""
+        return None
 
     def settle_weights(self, cohort: Cohort, feedback: RoundFeedback) -> np.ndarray:
         """Final aggregation weights once the round has closed (aligned with ``cohort.clients``).

@@ -84,6 +84,7 @@ class FedGS(Selector):
     """
 
     needs_training = "compares clients through their labels, model outputs or updates"
+    reads_client_data = "compares clients through their labels, model outputs or updates (its graph)"
 
     class Config(StrictModel):
         clients_per_round: int = Field(10, ge=1, le=MAX_CLIENTS,

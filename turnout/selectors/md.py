@@ -52,6 +52,8 @@ def draw_with_replacement(rng: np.random.Generator, candidates: np.ndarray, weig
 class MDSelector(Selector):
     """FedProx MD sampling: K draws with replacement ∝ n_k from the available, uniform average over draws."""
 
+    reads_client_data = "draws clients in proportion to their sample counts"
+
     class Config(StrictModel):
         clients_per_round: int = Field(10, ge=1, le=MAX_CLIENTS,
                                        description="K: draws per round (distinct clients train once)")

@@ -114,6 +114,7 @@ class OortSelector(Selector):
 
     needs_training = "scores clients by their training loss (statistical utility)"
     fills_free_slots = True
+    reads_client_data = "ranks clients by their training losses (statistical utility)"
 
     class Config(StrictModel):
         clients_per_round: int = Field(10, ge=1, le=MAX_CLIENTS, description="K: reports wanted per round")

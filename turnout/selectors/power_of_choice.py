@@ -103,6 +103,7 @@ class PowerOfChoiceSelector(Selector):
 
     needs_training = "ranks clients by their loss on the global model"
     fills_free_slots = True
+    reads_client_data = "ranks clients by their loss on the global model"
 
     class Config(StrictModel):
         clients_per_round: int = Field(

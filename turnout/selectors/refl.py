@@ -136,6 +136,7 @@ class REFLSelector(Selector):
         return self.cfg.clients_per_round
 
     fills_free_slots = True
+    reads_client_data = ""  # availability predictions, participation history, round durations
 
     @classmethod
     def cannot_fill_slots(cls, cfg: Config) -> str:

@@ -116,6 +116,8 @@ class _Launched:
 class StickySelector(Selector):
     """GlueFL sticky sampling: C from a sticky group of S, K − C from outside, unbiased weights, group rebalancing."""
 
+    reads_client_data = ""  # the group and the draws are its own randomness (weights read sample counts only)
+
     class Config(StrictModel):
         clients_per_round: int = Field(10, ge=1, le=MAX_CLIENTS,
                                        description="K: reports wanted per round (GlueFL num_participants)")

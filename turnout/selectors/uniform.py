@@ -26,6 +26,12 @@ class UniformSelector(Selector):
 
     Config = UniformConfig
     fills_free_slots = True
+    reads_client_data = ""  # the available set and its own draw
+
+    def inclusion_probabilities(self, available: np.ndarray, launch: int) -> np.ndarray:
+        """k of the |available| drawn without replacement: each has probability k / |available|."""
+        n = len(available)
+        return np.full(n, min(launch, n) / n) if n else np.zeros(0)
 
     def target(self) -> int:
         return self.cfg.clients_per_round

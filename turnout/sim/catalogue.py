@@ -45,6 +45,8 @@ SEAMS: tuple[Seam, ...] = (
     Seam("compressor", "turnout.compressors", "COMPRESSORS", "(cfg, dim, seed, store, layout)"),
     Seam("executor", "turnout.executors", "EXECUTORS", "(cfg)"),
     Seam("recorder", "turnout.recorders", "RECORDERS", "(cfg)"),
+    Seam("privacy", "turnout.privacy", "PRIVACY", "(cfg, PrivacyContext)"),
+    Seam("secure_aggregation", "turnout.privacy", "SECURE_AGGREGATION", "(cfg)"),
 )
 
 

@@ -26,6 +26,7 @@ from ..config.loader import load_experiment as _load
 from ..core.errors import ConfigError
 from ..core.registry import Registry
 from ..models.registry import model_traits
+from ..privacy.base import PrivacyContext
 from . import plugins
 from .catalogue import component_lists, registries
 
@@ -136,10 +137,40 @@ def asynchronous_rounds(exp: ResolvedExperiment, prefix: str) -> None:
                           "a larger buffer never fills")
 
 
+def privacy_protects_rule(exp: ResolvedExperiment, prefix: str) -> None:
+    """Client-level DP noises the clipped sum, and secure aggregation shows the server only the sum: both are refused
+    for a rule that reads each report (``Algorithm.dp_unsound``), and DP needs ``dp-accounting`` (extra privacy)."""
+    algo, priv, sa = exp["algorithm"], exp["privacy"], exp["secure_aggregation"]
+    ok = [name for name, cls in registries()["algorithm"] if not cls.dp_unsound]
+    for key, comp, what in ((f"{prefix}privacy.name", priv, "client-level DP"),
+                            (f"{prefix}secure_aggregation.name", sa, "secure aggregation")):
+        if comp.name == "none":
+            continue
+        if algo.cls.dp_unsound:
+            raise ConfigError(key, comp.name, f"{what} cannot protect algorithm {algo.name}: it "
+                                              f"{algo.cls.dp_unsound}; use one of: {', '.join(ok)}")
+    if priv.name != "none":
+        kind = algo.cls.upload_kind(algo.cfg)
+        if str(kind) != "model_delta":
+            raise ConfigError(f"{prefix}privacy.name", priv.name, f"clips model deltas, but {algo.name} uploads {kind}")
+        if _missing("dp_accounting"):
+            raise ConfigError(f"{prefix}privacy.name", priv.name, "needs dp_accounting, which is not installed: "
+                                                                  "pip install 'turnout[privacy]'")
+    if sa.name != "none":
+        comp = exp["compressor"]
+        if not comp.cls.passes_uploads_through:
+            raise ConfigError(f"{prefix}secure_aggregation.name", sa.name,
+                              f"masks every coordinate of a dense upload, so compressor {comp.name}'s message cannot "
+                              "be summed under its masks; use compressor: none")
+        if exp["round_mode"].cls.asynchronous:
+            raise ConfigError(f"{prefix}secure_aggregation.name", sa.name, "sums one cohort's masked inputs per "
+                                                                          "round; asynchronous rounds mix cohorts")
+
+
 #: Combinations refused at validation because they would run but silently break an algorithm (or cannot run).
 RULES: tuple[Callable[[ResolvedExperiment, str], None], ...] = (
     compressor_accepts_upload, plain_sgd_for_inverting_rules, executor_trains_model_exactly, system_only_components,
-    extras_installed, asynchronous_rounds)
+    extras_installed, asynchronous_rounds, privacy_protects_rule)
 
 
 class _Catalogue:
@@ -198,6 +229,8 @@ class Parts:
     algorithm: Any
     compressor: Any
     executor: Any
+    privacy: Any
+    secure_aggregation: Any
 
 
 #: How each simulation seam's configured component is built from a :class:`BuildContext`.
@@ -209,6 +242,8 @@ BUILDERS: dict[str, Callable[[Component, BuildContext], Any]] = {
     "algorithm": lambda c, ctx: c.build(ctx.algorithm_context),
     "compressor": lambda c, ctx: c.build(ctx.dim, ctx.seed, ctx.store, layout=list(ctx.layout)),
     "executor": lambda c, ctx: c.build(),
+    "privacy": lambda c, ctx: c.build(PrivacyContext(ctx.num_clients, ctx.seed, ctx.exp.config.rounds)),
+    "secure_aggregation": lambda c, ctx: c.build(),
 }
 
 #: A component handed in instead of the configured one: the object itself, or ``factory(ctx)``.

@@ -41,6 +41,7 @@ from ..core.records import HeldReports, Reports, RoundFeedback, SelectionContext
 from ..core.state import Stateful
 from ..data.federated import FederatedDataset
 from ..models.flat import FlatModel
+from ..privacy.base import SelectionFacts
 from ..training.local_sgd import LocalTrainer, evaluate, evaluate_many
 from ..world.context import WorldContext
 from ..world.late import LateBuffer
@@ -96,7 +97,7 @@ class Simulation(Stateful):
 
     state_attrs = ("next_round", "sim_time", "diverged_at", "global_model", "population", "ledger", "late",
                    "versions", "participation", "store", "availability", "selector", "round_mode", "algorithm",
-                   "compressor")
+                   "compressor", "privacy", "secure_aggregation")
 
     def __init__(self, exp: ResolvedExperiment, data: FederatedDataset, seed: int, scratch_dir=None,
                  components: Mapping[str, Injected] | None = None, work: Work | None = None):
@@ -135,6 +136,8 @@ class Simulation(Stateful):
         self.diverged_at: int | None = None  # the round after which the global model stopped being finite
         self.unused_late_s = 0.0
         self.work.attach(self)
+        sel = self.exp["selector"]
+        self.privacy.attach(SelectionFacts(sel.name, type(self.selector).reads_client_data, self.selector.target()))
         self.report_device, self._cpu_because = report_device(self)
         self.hold_reports, self._held_off_because = held_reports(self)
 
@@ -145,6 +148,8 @@ class Simulation(Stateful):
     algorithm = property(lambda self: self.parts.algorithm)
     compressor = property(lambda self: self.parts.compressor)
     executor = property(lambda self: self.parts.executor)
+    privacy = property(lambda self: self.parts.privacy)
+    secure_aggregation = property(lambda self: self.parts.secure_aggregation)
 
     @property
     def params(self) -> torch.Tensor:
@@ -153,6 +158,9 @@ class Simulation(Stateful):
     def load_state_dict(self, state: dict) -> None:
         if "versions" not in state:  # a checkpoint from before asynchronous rounds: no version was held
             state = {**state, "versions": ModelVersions().state_dict()}
+        if "privacy" not in state:  # a checkpoint from before these seams: they were off
+            state = {**state, "privacy": self.privacy.state_dict(),
+                     "secure_aggregation": self.secure_aggregation.state_dict()}
         super().load_state_dict(state)
 
     @property
@@ -237,14 +245,16 @@ class Simulation(Stateful):
         """The run's tables, once it is finished (``rows`` = every round's row, from the first)."""
         # vector_bytes: one dense model-sized vector on the wire, the unit the seed papers count communication in
         # (docs/results); the report turns cum bytes into vectors with it (turnout.app.report)
+        private, private_cols = self.privacy.summary(self.population.times_aggregated, self.next_round)
         summary = {"wall_s": wall_s, "late_unused_s": self.unused_late_s,
                    "vector_bytes": int(self.model.dim * VALUE_BYTES), **self.store.stats(),
                    **self.participation.summary(self.population.times_selected), **self.executor.summary(),
                    **({"diverged_at_round": self.diverged_at} if self.diverged_at is not None else {}),
-                   **self._aggregation_summary()}
+                   **self._aggregation_summary(), **private}
         if not self.work.trains_model:
             summary["system_only"] = True  # the run's summary.json spells out the proxy (PROXY_NOTE)
-        return RunResult(self.exp.variant, self.seed, rows, self._client_columns(), summary, self.params)
+        return RunResult(self.exp.variant, self.seed, rows, {**self._client_columns(), **private_cols}, summary,
+                         self.params)
 
     def _aggregation_summary(self) -> dict:
         """Whether reports were summed where they were trained (when the executor offers it) and, when training ran
@@ -272,6 +282,8 @@ class Simulation(Stateful):
         aggregated = self._aggregate(opened, trained, settled)
         accounted = self._account(opened, trained, settled, aggregated)
         extra = self._component_metrics()
+        if settled.secagg is not None:
+            extra = {**extra, **settled.secagg.columns()}
         if self.round_mode.asynchronous:
             extra = {**extra, **asynchronous_columns(settled, aggregated, in_flight=len(self.late))}
         row = round_row(opened=opened, trained=trained, settled=settled, aggregated=aggregated, accounted=accounted,
@@ -283,7 +295,7 @@ class Simulation(Stateful):
         """The selector's and (when a model is trained) the algorithm's own columns of this round's row."""
         if not self.work.trains_model:  # the algorithm's columns describe a server rule that did not run
             return self.selector.round_metrics()
-        return {**self.selector.round_metrics(), **self.algorithm.round_metrics()}
+        return {**self.selector.round_metrics(), **self.algorithm.round_metrics(), **self.privacy.round_metrics()}
 
     def upload_bytes(self, payload: np.ndarray, replied: np.ndarray | None = None) -> np.ndarray:
         """What each client's upload costs: its payload plus the model's buffers; nothing for who did not reply."""
@@ -308,6 +320,8 @@ class Simulation(Stateful):
             rng=rngmod.stream(self.seed, "selection", r), world=self.world, availability=self.availability,
             probe_loss=probe, pending_clients=self.late.clients.copy(), pending_arrival_s=self.late.arrival_s.copy()))
         bill = probe.settle()  # the round starts when the last probe answer is in
+        if self.privacy.active:  # who could have been chosen, for amplified accounting
+            self.privacy.record_selection(r, available, self.selector.inclusion_probabilities(available, launch))
         return Opened(round=r, start_s=t0, train_start_s=t0 + bill.seconds, available=available, cohort=cohort,
                       probe=bill)
 
@@ -340,6 +354,11 @@ class Simulation(Stateful):
         verdict = mode.close_in_flight(finish, dropped_at, cohort.target, in_flight_s)
         duration = (verdict.duration_s if opened.size or len(in_flight_s) else mode.empty_round_s) + probe_s
         verdict = self.work.settle(self, opened, trained, verdict, duration)
+        verdict, secagg = self.secure_aggregation.close(
+            verdict, duration - probe_s, dropped_at, lambda j, b: self.pricer.upload_s(clients[j], b),
+            lambda j, b: self.pricer.download_s(clients[j], b), self.model.dim, trained.up)
+        if secagg is not None:  # its exchanges before training and its unmasking after the close take time
+            duration += secagg.extra_s
         agg = verdict.aggregated & ~trained.rejected
         late = verdict.late & ~verdict.aggregated & ~trained.rejected
         t_end = t0 - probe_s + duration
@@ -360,7 +379,7 @@ class Simulation(Stateful):
                     | (mode.asynchronous & (age == 0)))
         settled = Settled(finish_s=finish, dropped_at_s=dropped_at, verdict=verdict, aggregated=agg, late=late,
                           duration_s=duration, end_s=t_end, download_s=download_s, feedback=feedback, weights=weights,
-                          arrived=arrived, stale_ok=stale_ok, compute_s=compute_s, upload_s=upload_s)
+                          arrived=arrived, stale_ok=stale_ok, compute_s=compute_s, upload_s=upload_s, secagg=secagg)
         self.work.settled(self, opened, trained, settled)
         return settled
 
@@ -423,6 +442,9 @@ class Simulation(Stateful):
         pop.last_round[clients] = opened.round
         pop.bytes_down[clients] += trained.down
         pop.bytes_up[clients] += delivered_up
+        if settled.secagg is not None:  # keys and shares: every launched client sent and received them
+            pop.bytes_up[clients] += settled.secagg.up
+            pop.bytes_down[clients] += settled.secagg.down
         pop.resource_s[clients] += verdict.busy_s
         wasted = np.where(delivers, 0.0, verdict.busy_s)  # late work is judged when it arrives
         pop.wasted_s[clients] += wasted

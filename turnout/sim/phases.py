@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..core.records import Cohort, CohortResult, HeldReports, Reports, RoundClose, RoundFeedback
+from ..privacy.secagg import SecAggBill
 from ..world.late import Arrived
 from ..world.probe import ProbeBill
 
@@ -65,6 +66,7 @@ class Settled:
     stale_ok: np.ndarray  # bool over ``arrived``: used by the server rule
     compute_s: float = 0.0  # the critical client's compute seconds (GlueFL Fig. 9)
     upload_s: float = 0.0  # the critical client's upload seconds (GlueFL Fig. 9)
+    secagg: SecAggBill | None = None  # what secure aggregation added (None: off)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,8 +98,10 @@ def round_row(*, opened: Opened, trained: Trained, settled: Settled, aggregated:
         "accuracy": float("nan"), "loss": float("nan"),
         "train_loss": float(np.average(result.losses[agg], weights=np.maximum(result.samples[agg], 1)))
         if agg.any() else float("nan"),
-        "lr": trained.lr, "bytes_up": int(accounted.delivered_up.sum()) + opened.probe.bytes_up,
-        "bytes_down": int(trained.down.sum()) + opened.probe.bytes_down,
+        "lr": trained.lr, "bytes_up": int(accounted.delivered_up.sum()) + opened.probe.bytes_up
+        + (int(settled.secagg.up.sum()) if settled.secagg is not None else 0),
+        "bytes_down": int(trained.down.sum()) + opened.probe.bytes_down
+        + (int(settled.secagg.down.sum()) if settled.secagg is not None else 0),
         "n_available": int(len(opened.available)), "n_selected": opened.size, "n_aggregated": len(aggregated.reports),
         "n_stale": int(ok.sum()), "n_late": int(settled.late.sum()), "n_stale_dropped": int((~ok).sum()),
         "n_dropped": int((settled.finish_s > settled.dropped_at_s).sum()), "n_rejected": int(trained.rejected.sum()),

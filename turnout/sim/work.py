@@ -106,13 +106,15 @@ class TrainedWork(Work):
         batch = ClientBatch(r, clients, order.steps, order.lr, sim.params, sim.buffers, sim.seed,
                             report_device=sim.report_device, hold_reports=sim.hold_reports)
         result = sim.executor.run(batch, sim.algorithm, sim.trainer, sim.data)
-        decoded, up = sim.compressor.encode_uploads(r, clients, result.updates)
-        up = sim.algorithm.upload_bytes(r, clients, result.updates,
+        reports = sim.privacy.clip(r, clients, result.updates)  # where a client's update becomes a report
+        decoded, up = sim.compressor.encode_uploads(r, clients, reports)
+        up = sim.algorithm.upload_bytes(r, clients, reports,
                                         np.asarray(up, dtype=np.int64) * sim.algorithm.uplink_vectors)
         return WorkDone(result=result, decoded=decoded, payload_up=up)
 
     def aggregate(self, sim: Simulation, r: int, reports: Reports, trained: Trained, settled: Settled) -> int:
         old = sim.params
+        reports = sim.privacy.privatize(r, reports)  # noise on the clipped sum, before the server step
         new = sim.algorithm.aggregate(r, old, reports)
         sent = sim.compressor.server_update(r, new - old)
         new = old + sent
@@ -191,6 +193,7 @@ def held_reports(sim: Simulation) -> tuple[bool, str]:
          f"algorithm {sim.exp['algorithm'].name} makes or prices its reports itself (client_update, upload_bytes)"),
         (not parts.compressor.passes_uploads_through, f"compressor {sim.exp['compressor'].name} encodes each upload"),
         (parts.selector.reads_uploads, f"selector {sim.exp['selector'].name} reads each upload"),
+        (parts.privacy.clips, f"privacy {sim.exp['privacy'].name} clips each report"),
     ]
     why = first_reason(reads_each)
     return not why, why
