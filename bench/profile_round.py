@@ -12,6 +12,9 @@ about 0.1 s when its vmapped steps take a few ms each (docs/gpu.md).
     python bench/profile_round.py bench/pfl_cifar.yaml --rounds 20
     python bench/profile_round.py bench/pfl_cifar.yaml --set runtime.device=cpu --set executor.compile=false
 
+``--clock cpu`` reads the process's CPU time instead of the wall clock: on a CPU that other work shares, what
+each phase cost this process.
+
 The aggregate phase is also printed beside its floor, ``weights @ updates`` over the same cohort's reports timed in
 the same process (the one product a FedAvg aggregation cannot avoid); on a CPU, without the cost of training:
 
@@ -37,6 +40,10 @@ from turnout.training.local_sgd import LocalTrainer
 from turnout.training.stacked_sgd import StackedTrainer
 
 PHASES = ("_open", "_train", "_settle", "_aggregate", "_account", "_evaluate")
+#: what a phase's time is read from: wall time (``--clock wall``), or the process's CPU time over all its threads
+#: (``--clock cpu``: on a CPU shared with other work, what the round itself cost, whatever else ran)
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+clock = CLOCKS["wall"]
 
 
 def _sync(sim: Simulation) -> None:
@@ -52,15 +59,15 @@ def timed_phases(sim: Simulation, times: dict[str, list[float]], floor=None) -> 
         method = getattr(sim, name)
 
         def wrapper(*args, _method=method, _name=name, **kwargs):
-            t0 = time.perf_counter()
+            t0 = clock()
             out = _method(*args, **kwargs)
             _sync(sim)
-            times[_name].append(time.perf_counter() - t0)
+            times[_name].append(clock() - t0)
             if _name == "_aggregate" and floor is not None:
-                t0 = time.perf_counter()
+                t0 = clock()
                 floor()
                 _sync(sim)
-                times["floor"].append(time.perf_counter() - t0)
+                times["floor"].append(clock() - t0)
             return out
         setattr(sim, name, wrapper)
 
@@ -72,10 +79,10 @@ def timed_training(sim: Simulation, times: dict[str, list[float]]):
     originals = {cls: cls.train for cls in (LocalTrainer, StackedTrainer)}
     for cls, method in originals.items():
         def wrapper(self, *args, _method=method, **kwargs):
-            t0 = time.perf_counter()
+            t0 = clock()
             out = _method(self, *args, **kwargs)
             _sync(sim)
-            times["training"].append(time.perf_counter() - t0)
+            times["training"].append(clock() - t0)
             return out
         cls.train = wrapper
     return lambda: [setattr(cls, "train", method) for cls, method in originals.items()]
@@ -113,28 +120,32 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--top", type=int, default=25, help="torch.profiler's top operations (0: no profiled rounds)")
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                    help="wall time, or CPU time of this process (a shared CPU; meaningless for GPU work)")
     args = ap.parse_args()
+    global clock
+    clock = CLOCKS[args.clock]
     (exp, *_rest) = load_experiment(args.config, args.set)
     data = prepare([exp]).dataset_for(exp, exp.config.seeds[0])
     sim = Simulation(exp, data, exp.config.seeds[0])
     device = sim.trainer.device
     print(f"machine: {machine()}")
-    print(f"profile of {args.config} {' '.join(args.set)} | device {device}"
+    print(f"profile of {args.config} {' '.join(args.set)} | device {device} | clock {args.clock}"
           + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
           + f" | torch {torch.__version__} | parameters {sim.model.dim:,}")
-    t0 = time.perf_counter()
+    t0 = clock()
     sim.advance(until=args.warmup)
     _sync(sim)
-    print(f"warm-up: {args.warmup} rounds in {time.perf_counter() - t0:.2f} s")
+    print(f"warm-up: {args.warmup} rounds in {clock() - t0:.2f} s")
     times: dict[str, list[float]] = defaultdict(list)
     k = sim.selector.target()
     timed_phases(sim, times, weighted_sum_floor(sim, k))
     untime = timed_training(sim, times)
-    t0 = time.perf_counter()
+    t0 = clock()
     sim.advance(until=args.warmup + args.rounds)
     _sync(sim)
-    wall = (time.perf_counter() - t0) / args.rounds
+    wall = (clock() - t0) / args.rounds
     untime()
     print(f"{args.rounds} rounds: {wall * 1e3:.2f} ms a round")
     for name in PHASES:
@@ -162,17 +173,23 @@ def main() -> None:
         per_round = synchronisations(sim, args.rounds)
         print(f"host-device synchronisations (torch.cuda sync debug mode) in rounds {done}-{sim.next_round - 1}: "
               f"{per_round} (mean {statistics.mean(per_round):.1f} a round)")
+    if args.top > 0:  # --top 0: no profiled rounds
+        profiled(sim, args.rounds, args.top)
+    sim.release()
+
+
+def profiled(sim: Simulation, rounds: int, top: int) -> None:
+    """The next ``rounds`` rounds under torch.profiler: its ``top`` operations by self time."""
+    cuda = sim.trainer.device.type == "cuda"
     activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.type == "cuda":
+    if cuda:
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as prof:
-        sim.advance(until=sim.next_round + args.rounds)
+        sim.advance(until=sim.next_round + rounds)
         _sync(sim)
-    sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top))
-    if device.type == "cuda":
-        print(prof.key_averages().table(sort_by=sort, row_limit=args.top))
-    sim.release()
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top))
+    if cuda:
+        print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=top))
 
 
 if __name__ == "__main__":
