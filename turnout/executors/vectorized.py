@@ -8,7 +8,9 @@ sets (parameter-sized tensors per client, its padded minibatches, the activation
 The algorithm's hooks run here, in client order, as the sequential executor runs them: every
 client's ``client_start`` and ``local_objective`` first, then training, then every
 ``client_update`` — the hooks read state that training does not change, so this order gives the
-same reports. Minibatch indices come from the same (seed, "batches", round, client) streams.
+same reports. Under the default rule (every client starts from the global model and reports end − start)
+the reports are made by one subtraction per chunk instead of a hook call per client, bitwise the same.
+Minibatch indices come from the same (seed, "batches", round, client) streams.
 Results equal the sequential executor's up to float32 reassociation in batched kernels.
 
 Not supported (refused at validation): BatchNorm models (a padded short batch would enter the
