@@ -52,7 +52,7 @@ if wanted tests; then
 step "CUDA tests (every CUDA case; the CPU suite runs in CI)"
 timeout "${TEST_TIMEOUT:-240}" "$PY" -m pytest -q -p no:cacheprovider -rfE \
     tests/test_device.py tests/training/test_stacked_sgd.py tests/training/test_device_training.py \
-    tests/executors/test_executor_choice.py "tests/executors/test_executor_equivalence.py" -k "cuda or device or gpu" \
+    tests/training/test_sequence_loss.py tests/executors/test_executor_choice.py "tests/executors/test_executor_equivalence.py" -k "cuda or device or gpu" \
     2>&1 | tail -40
 fi
 

@@ -151,6 +151,33 @@ def test_train_test_split_counts_and_gap(play_dir):
     assert ds8.n_train.tolist() == [28, 21] and ds8.n_test.tolist() == [4, 3]
 
 
+def test_stride_keeps_every_sth_sample_and_the_gap_in_characters(play_dir):
+    # ALICE's role text is 35 characters; seq_len 4, stride 4: samples whose labels are characters 3, 7, ..., 31
+    # (8 samples), each x the 4 characters before its label; the split's gap is ceil(3 / 4) = 1 sample.
+    ds = build(play_dir, seq_len=4, train_fraction=0.5, context="role", stride=4)
+    text = "".join(line + "\n" for line in ALICE_LINES)
+    padded = " " * 4 + text
+    labels = list(range(3, 35, 4))
+    assert len(labels) == 8
+    x_tr, y_tr = ds.client_train(0)
+    x_te, y_te = ds.client_test(0)
+    assert ds.n_train[0] == 4 and ds.n_test[0] == 8 - 4 - 1
+    np.testing.assert_array_equal(y_tr, encode("".join(text[p] for p in labels[:4])))
+    np.testing.assert_array_equal(x_tr, np.array([encode(padded[p:p + 4]) for p in labels[:4]]))
+    np.testing.assert_array_equal(y_te, encode("".join(text[p] for p in labels[5:])))
+    # Hand-checked: the first window is one space of padding then "Hel", its label the second "l"; the next
+    # window starts 4 characters later ("lo t" -> "h"): window and label together cover the text once.
+    assert decode(x_tr[0]) == " Hel" and decode(y_tr[:1]) == "l"
+    assert decode(x_tr[1]) == "lo t" and decode(y_tr[1:2]) == "h"
+    # stride 1 is LEAF's windows, unchanged.
+    one = build(play_dir, seq_len=4, train_fraction=0.5, context="role", stride=1)
+    ref = build(play_dir, seq_len=4, train_fraction=0.5, context="role")
+    np.testing.assert_array_equal(one.x_train, ref.x_train)
+    np.testing.assert_array_equal(one.y_test, ref.y_test)
+    with pytest.raises(ConfigError, match="data.stride = 5: stride 5 is longer than seq_len 4"):
+        build(play_dir, seq_len=4, stride=5)
+
+
 def test_filters(play_dir):
     assert build(play_dir, seq_len=4, min_samples=30).client_names.tolist() == ["Fake_Play_ALICE"]
     assert build(play_dir, seq_len=4, max_clients=1).client_names.tolist() == ["Fake_Play_ALICE"]

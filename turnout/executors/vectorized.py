@@ -8,7 +8,9 @@ sets (parameter-sized tensors per client, its padded minibatches, the activation
 The algorithm's hooks run here, in client order, as the sequential executor runs them: every
 client's ``client_start`` and ``local_objective`` first, then training, then every
 ``client_update`` — the hooks read state that training does not change, so this order gives the
-same reports. Minibatch indices come from the same (seed, "batches", round, client) streams.
+same reports. Under the default rule (every client starts from the global model and reports end − start)
+the reports are made by one subtraction per chunk instead of a hook call per client, bitwise the same.
+Minibatch indices come from the same (seed, "batches", round, client) streams.
 Results equal the sequential executor's up to float32 reassociation in batched kernels.
 
 Not supported (refused at validation): BatchNorm models (a padded short batch would enter the
@@ -91,7 +93,13 @@ class VectorizedExecutor(Executor):
         batches = [list(batch_indices(n, bsz, steps, rngmod.stream(batch.seed, "batches", batch.round, c)))
                    for c, n, steps in zip(clients, sizes, batch.steps.tolist())]
         out = batch.report_device or torch.device("cpu")  # where the reports are left
-        ends = torch.empty((k, dim), dtype=dtype, device=out)
+        # The default client rule (end − start, every client starting from the global model) is one subtraction
+        # per chunk, written straight into the reports: no hook call, model-sized temporary and copy per client
+        # (the same numbers: an element-wise difference does not depend on how many rows it covers).
+        plain = type(algorithm).client_update is Algorithm.client_update and \
+            all(s is batch.global_params for s in starts)
+        updates = torch.empty((k, dim), dtype=dtype, device=out)
+        ends = None if plain else torch.empty((k, dim), dtype=dtype, device=out)
         grad_sums = [None] * k
         losses, samples = np.zeros(k), np.zeros(k, dtype=np.int64)
         stacked = self._trainer(trainer)
@@ -99,8 +107,8 @@ class VectorizedExecutor(Executor):
         buffers = {n: b.to(device) for n, b in batch.buffers.items()}
         first_row = np.asarray(data.train_offsets[batch.clients], dtype=np.int64)
         # On a GPU the pooled rows live there (put once per simulation): a chunk's minibatches are gathered
-        # on the device from one copy of their row numbers, and clients starting from the global model
-        # share one copy of it.
+        # on the device from one copy of their row numbers. Clients starting from the global model share one
+        # copy of it (on any device: the trainer copies its start points once, into the parameters it trains).
         resident = trainer.resident(data.x_train, data.y_train)
         global_on_device = batch.global_params.to(device)
         if device.type != "cpu":
@@ -110,12 +118,11 @@ class VectorizedExecutor(Executor):
             self._largest_chunk = max(self._largest_chunk, min(size, k))
         for a in range(0, k, size):
             rows = slice(a, min(k, a + size))
-            if device.type == "cpu":
-                chunk_starts = torch.stack([s.reshape(-1).to(dtype) for s in starts[rows]])
-            elif all(s is global_on_device for s in starts_on_device[rows]):
+            if all(s is batch.global_params for s in starts[rows]):
                 chunk_starts = global_on_device.reshape(1, -1).to(dtype).expand(rows.stop - rows.start, -1)
             else:
-                chunk_starts = torch.stack([s.reshape(-1).to(dtype) for s in starts_on_device[rows]])
+                chunk_starts = torch.stack([s.reshape(-1).to(dtype) for s in
+                                            (starts if device.type == "cpu" else starts_on_device)[rows]])
             idx, counts = padded_rows(batches[rows], first_row[rows], bsz)
             if resident is not None:
                 at = torch.from_numpy(idx).to(device)
@@ -125,16 +132,20 @@ class VectorizedExecutor(Executor):
                 ys = torch.from_numpy(np.ascontiguousarray(data.y_train[idx])).to(device)
             obj = StackedObjective.stack(objectives[rows], dim, dtype, device)
             res = stacked.train(chunk_starts, buffers, xs, ys, torch.from_numpy(counts).to(device), batch.lr, obj)
-            ends[rows] = res.params.to(out)
+            if plain:
+                torch.sub(res.params.to(out), batch.global_params.to(out), out=updates[rows])
+            else:
+                ends[rows] = res.params.to(out)
             losses[rows], samples[rows] = res.mean_loss, res.samples
             if res.grad_sum is not None:
                 frozen = obj.freeze.cpu().tolist()
                 gs = res.grad_sum.to(out)
                 for i, row in enumerate(range(rows.start, rows.stop)):
                     grad_sums[row] = gs[i] if frozen[i] else None
+        if plain:
+            return CohortResult(updates=updates, losses=losses, samples=samples, buffers=[{} for _ in clients])
         if out.type != "cpu":  # the hooks see the start points where the end points are (out is the training device)
             starts = starts_on_device
-        updates = torch.empty((k, dim), dtype=dtype, device=out)
         for row, c in enumerate(clients):
             update = algorithm.client_update(c, starts[row], ends[row], grad_sum=grad_sums[row])
             # A report of the wrong shape is kept as NaN so the engine rejects it before aggregation.

@@ -4,6 +4,10 @@ LEAF's ``shakespeare/stacked_lstm.py``: Embedding(80 chars, 8) → 2-layer LSTM(
 the last time step's output, predicting the next character. Here the vocabulary size is
 ``num_classes`` (inputs and targets share one alphabet). No dropout (the simulator's seeded
 randomness streams cannot reach dropout masks).
+
+``predict: every`` instead applies the Linear at every time step, predicting the character after each
+position (the per-position loss of TFF's Shakespeare model, which Reddi et al. 2021 and Adaptive-OU train):
+logits ``(B, T, num_classes)``, scored by :mod:`turnout.models.scoring` against the window shifted by one.
 """
 
 from __future__ import annotations
@@ -69,8 +73,9 @@ class UnrolledLSTM(nn.Module):
 
 
 class CharLSTMNet(nn.Module):
-    def __init__(self, vocab: int, embed_dim: int, hidden: int, layers: int, impl: str):
+    def __init__(self, vocab: int, embed_dim: int, hidden: int, layers: int, impl: str, every: bool = False):
         super().__init__()
+        self.every = every
         self.embed = nn.Embedding(vocab, embed_dim)
         if impl == "fused":
             self.lstm: nn.Module = nn.LSTM(embed_dim, hidden, num_layers=layers, batch_first=True)
@@ -80,12 +85,12 @@ class CharLSTMNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out, _ = self.lstm(self.embed(x.long()))
-        return self.head(out[:, -1])
+        return self.head(out) if self.every else self.head(out[:, -1])
 
 
 @MODELS.register("char_lstm")
 class CharLSTM:
-    """LEAF Shakespeare next-character model: Embedding(8) → 2-layer LSTM(256) → Linear, last step."""
+    """LEAF Shakespeare next-character model: Embedding(8) → 2-layer LSTM(256) → Linear, last step (or every step)."""
 
     class Config(StrictModel):
         embed_dim: int = Field(8, ge=1, le=MAX_WIDTH)
@@ -94,6 +99,10 @@ class CharLSTM:
         impl: Literal["fused", "unrolled"] = "fused"
         """'fused': nn.LSTM (fastest for one model); 'unrolled': same parameters and init in plain
         matmuls, which works under torch.func.vmap (for executors that stack many clients)."""
+        predict: Literal["last", "every"] = "last"
+        """'last': the character after the window (LEAF's model); 'every': the next character at every one of
+        the window's positions, loss and accuracy averaged over positions (TFF's Shakespeare). 'every' needs
+        inputs in the labels' alphabet (the shakespeare dataset's, or a hub dataset's token windows)."""
 
     @classmethod
     def traits(cls, cfg: "CharLSTM.Config") -> ModelTraits:
@@ -105,7 +114,7 @@ class CharLSTM:
         if len(input_shape) != 1 or int(input_shape[0]) < 1:
             raise ValueError("char_lstm needs int token sequences, input_shape (seq_len,); "
                              f"got input_shape={tuple(input_shape)}")
-        return CharLSTMNet(num_classes, cfg.embed_dim, cfg.hidden, cfg.layers, cfg.impl)
+        return CharLSTMNet(num_classes, cfg.embed_dim, cfg.hidden, cfg.layers, cfg.impl, every=cfg.predict == "every")
 
 
 __all__ = ["CharLSTM", "CharLSTMNet", "UnrolledLSTM"]

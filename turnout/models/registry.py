@@ -2,7 +2,9 @@
 
 An entry is a class with a pydantic ``Config`` and a ``build(cfg, input_shape, num_classes)``
 classmethod returning a plain ``torch.nn.Module`` whose ``forward`` maps a batch of inputs
-(shape ``(B, *input_shape)``) to logits ``(B, num_classes)``. An entry may also define
+(shape ``(B, *input_shape)``) to logits ``(B, num_classes)`` — or, for a model of token windows that
+predicts at every position, ``(B, T, num_classes)`` (:mod:`turnout.models.scoring` says how each is
+scored). An entry may also define
 ``traits(cfg) -> ModelTraits``: what an executor must know before the model is built, so config
 validation can refuse an executor that cannot train it exactly.
 """

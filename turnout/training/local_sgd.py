@@ -21,11 +21,11 @@ from typing import Callable, Iterator
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..config.train import TrainConfig
 from ..models.flat import FlatModel
+from ..models.scoring import cross_entropy, hits
 from .resident import ResidentRows, fits
 
 Params = dict[str, torch.Tensor]
@@ -125,7 +125,7 @@ class LocalTrainer:
         self.device = torch.device(device)
 
         def loss_fn(params: Params, buffers: dict, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return F.cross_entropy(model.forward(params, buffers, x), y)
+            return cross_entropy(model.forward(params, buffers, x), x, y)
 
         self.loss_fn = loss_fn
         self._functional_grad = torch.func.grad_and_value(loss_fn)
@@ -205,7 +205,7 @@ class LocalTrainer:
         plist = list(params.values())
 
         def grads(xb: torch.Tensor, yb: torch.Tensor) -> tuple[Params, torch.Tensor]:
-            loss = F.cross_entropy(module(xb), yb)
+            loss = cross_entropy(module(xb), xb, yb)
             return dict(zip(params, torch.autograd.grad(loss, plist))), loss.detach()
         return params, bufs, grads
 
@@ -310,18 +310,18 @@ def evaluate(model: FlatModel, flat: torch.Tensor, buffers: dict[str, torch.Tens
             xb = torch.from_numpy(np.ascontiguousarray(x[a:a + batch_size]))
             yb = torch.from_numpy(np.ascontiguousarray(y[a:a + batch_size]))
             logits = model.forward(params, buffers, xb)
-            loss += float(F.cross_entropy(logits, yb, reduction="sum"))
-            correct += int((logits.argmax(1) == yb).sum())
+            loss += float(cross_entropy(logits, xb, yb, reduction="sum"))
+            correct += hits(logits, xb, yb).sum().item()  # an int, or a sum of shares of positions
         return correct / len(y), loss / len(y)
-    losses, hits = [], []
+    losses, right = [], []
     for a in range(0, len(y), batch_size):
         xb = torch.from_numpy(np.ascontiguousarray(x[a:a + batch_size])).to(dev)
         yb = torch.from_numpy(np.ascontiguousarray(y[a:a + batch_size])).to(dev)
         logits = model.forward(params, buffers, xb)
-        losses.append(F.cross_entropy(logits, yb, reduction="sum"))
-        hits.append((logits.argmax(1) == yb).sum())
+        losses.append(cross_entropy(logits, xb, yb, reduction="sum"))
+        right.append(hits(logits, xb, yb).sum())
     loss = sum(torch.stack(losses).tolist())  # per batch, as the CPU path adds them
-    return int(torch.stack(hits).sum()) / len(y), loss / len(y)
+    return torch.stack(right).sum().item() / len(y), loss / len(y)
 
 
 def evaluate_many(model: FlatModel, flat: torch.Tensor, buffers: dict, x: np.ndarray, y: np.ndarray,
@@ -339,8 +339,8 @@ def evaluate_many(model: FlatModel, flat: torch.Tensor, buffers: dict, x: np.nda
             xb = torch.from_numpy(np.ascontiguousarray(x[a:a + batch_size]))
             yb = torch.from_numpy(np.ascontiguousarray(y[a:a + batch_size]))
             logits = model.forward(params, buffers, xb)
-            losses[a:a + len(yb)] = F.cross_entropy(logits, yb, reduction="none").numpy()
-            correct[a:a + len(yb)] = (logits.argmax(1) == yb).numpy()
+            losses[a:a + len(yb)] = cross_entropy(logits, xb, yb, reduction="none").numpy()
+            correct[a:a + len(yb)] = hits(logits, xb, yb).numpy()
     seg = np.repeat(np.arange(n_seg), np.diff(offsets))
     counts = np.diff(offsets).astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -28,10 +28,10 @@ from typing import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..config.train import TrainConfig
 from ..models.flat import FlatModel
+from ..models.scoring import cross_entropy
 from .local_sgd import LocalObjective
 
 Params = dict[str, torch.Tensor]
@@ -106,7 +106,7 @@ class StackedTrainer:
 
         def loss_fn(params: Params, buffers: dict, x: torch.Tensor, y: torch.Tensor, count: torch.Tensor
                     ) -> torch.Tensor:
-            ce = F.cross_entropy(model.forward(params, buffers, x), y, reduction="none")
+            ce = cross_entropy(model.forward(params, buffers, x), x, y, reduction="none")
             real = torch.arange(ce.shape[0], device=ce.device) < count
             return torch.where(real, ce, torch.zeros_like(ce)).sum() / count.clamp(min=1)
 

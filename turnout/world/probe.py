@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..core import rng as rngmod
+from ..models.scoring import cross_entropy
 from .model import GlobalModel
 from .wire import WirePricer
 
@@ -61,8 +61,9 @@ class LossProbe:
                     idx = np.sort(rngmod.stream(self.seed, "probe", self.round, c).choice(len(y), batch, replace=False))
                     x, y = x[idx], y[idx]
                 if len(y):
-                    logits = flat.forward(params, self.model.buffers, torch.from_numpy(np.ascontiguousarray(x)))
-                    losses[i] = float(F.cross_entropy(logits, torch.from_numpy(np.ascontiguousarray(y))))
+                    xt = torch.from_numpy(np.ascontiguousarray(x))
+                    logits = flat.forward(params, self.model.buffers, xt)
+                    losses[i] = float(cross_entropy(logits, xt, torch.from_numpy(np.ascontiguousarray(y))))
                 samples[i] = len(y)
         down = self.pricer.download(clients, self.round)  # the probed client now holds the current model
         secs = self.pricer.delivery_s(clients, down, samples, LOSS_BYTES, compute_fraction=FORWARD_FRACTION)
