@@ -189,8 +189,9 @@ def _block(seam: str, name: str, with_name: bool = True) -> dict:
     return {**head, **extra}
 
 
-#: experiment folders whose files need downloaded data (and a GPU): validated by `turnout check`, never run here
-NEEDS_DATA = ("hub",)
+#: experiment folders whose files need downloaded data or a GPU (experiments/gpu: scripts/gpu_pages.sh): validated by
+#: `turnout check`, never run here
+NEEDS_DATA = ("hub", "gpu")
 
 
 def cases(full_length: bool = False) -> dict[str, tuple[str | dict, list[str]]]:
