@@ -369,8 +369,11 @@ class Simulation(Stateful):
                       self.population.n_train[clients[late]], result.losses[late], verdict.busy_s[late])
         # A launched client still computing at the close that will not deliver (it goes offline first, or its
         # report is rejected) keeps its device busy until then; a late one is busy in the late buffer.
-        running = ~late & (verdict.busy_s > duration - probe_s) & np.isfinite(verdict.busy_s)
-        self.lost.add(clients[running], t0 + verdict.busy_s[running])
+        # (Compared with the round mode's own close, on its own clock: the slowest client of a round that waited for
+        # it is never still running, whatever the rounding of the absolute times.)
+        busy = np.asarray(verdict.busy_s, np.float64)
+        running = ~late & (busy > verdict.duration_s) & np.isfinite(busy)
+        self.lost.add(clients[running], t0 + busy[running])
         if self.algorithm.reads_origin_models and late.any():
             self.versions.hold(r, self.params)  # version r, before this round's update
         arrived = self.late.pop_arrived(t_end, mode.arrivals_taken(),
