@@ -7,7 +7,9 @@ clients in flight hold (:mod:`turnout.world.versions`). FedAsync is the asynchro
 ``buffer: 1``: each arrival is one server update. With a larger buffer the reports of a round are mixed
 in one after another, in arrival order. Selector weights are not used (FedAsync mixes one model at a time);
 ``max_staleness`` drops older reports on arrival. With ``α = 1`` and τ = 0 the server's model becomes the
-client's: training clients one after another.
+client's: training clients one after another. ``rho`` adds FedAsync's regularised client objective
+``f_i(x) + (ρ/2)‖x − x_τ‖²`` (Algorithm 1; ``x_τ`` the version the client downloaded), through the same local
+objective as FedProx's proximal term.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import torch
 from pydantic import Field, model_validator
 
+from ..config.limits import MAX_SCALE
+from ..training.local_sgd import LocalObjective
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .staleness import MaxStaleness, StalenessConfig, TakesStaleReports, staleness_weights
 
@@ -25,6 +29,9 @@ class FedAsyncConfig(MaxStaleness):
     staleness: StalenessConfig = Field(default_factory=StalenessConfig,
                                        description="s(τ) scaling α: {rule: constant | polynomial | hinge, a, b}; "
                                                    "default polynomial with a = 0.5")
+    rho: float = Field(0.0, ge=0.0, le=MAX_SCALE,
+                       description="ρ of the client objective's term (ρ/2)·‖x − x_τ‖², x_τ the model the client "
+                                   "downloaded (FedAsync Algorithm 1; 0: plain local training)")
 
     @model_validator(mode="after")
     def _one_at_a_time(self):
@@ -46,6 +53,9 @@ class FedAsync(TakesStaleReports, Algorithm):
         super().__init__(cfg, ctx)
         self.last_alpha_mean = float("nan")
 
+
+    def local_objective(self, client: int, start: torch.Tensor) -> LocalObjective | None:
+        return LocalObjective(prox_mu=self.cfg.rho) if self.cfg.rho else None
 
     def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
         alphas = self.cfg.alpha * staleness_weights(self.cfg.staleness, reports.staleness)

@@ -7,15 +7,18 @@ round loop, a round is one server update:
    ``clients_per_round``, the concurrency), chosen from the clients available at the round's start, the
    moment the previous update was made. Each starts from the current model (version ``r``) and its
    report is put in flight at ``start + download + compute + upload`` seconds;
-2. **close** — at the ``K``-th arrival among every report in flight (``buffer: K``), old and new; ties
-   in arrival time go to the report launched first (then the lower cohort index), so a round takes
-   exactly ``K`` reports whenever ``K`` are in flight;
+2. **close** — at the ``K``-th arrival among every usable report in flight (``buffer: K``), old and new;
+   ties in arrival time go to the report launched first (then the lower cohort index), so a round takes
+   exactly ``K`` reports whenever ``K`` are in flight. A report the server rule will drop (older than
+   ``max_staleness``) does not count (FedScale's rule): the engine hands only the usable ones as
+   ``in_flight_s`` and the others, with the tasks that end in a loss, as ``lost_s``;
 3. the ``K`` reports are aggregated with staleness ``τ = r − origin`` (server versions between a
    client's download and its upload; 0 when it arrives in the round it started in); the rest stay in
    flight, and their devices stay busy (never launched twice at once).
 
-A client that goes offline before it delivers is lost at that moment: its seconds are wasted and its
-slot is refilled at the next update. When fewer than ``K`` reports can still arrive (nobody was
+A client that goes offline before it delivers is lost at that moment: until then its device is busy and
+holds its slot (``turnout/world/lost.py``); its seconds are wasted and its slot is refilled at the first
+update after it went offline. When fewer than ``K`` reports can still arrive (nobody was
 available to fill the slots), the round closes when the last of them arrives or is lost, with what it
 has. When nothing is in flight and nobody can be launched, the server waits ``empty_round_s`` and tries
 again, as in the synchronous modes.
@@ -73,18 +76,19 @@ class Asynchronous(RoundMode):
         return self.close_in_flight(finish_s, dropped_at_s, target, np.zeros(0))
 
     def close_in_flight(self, finish_s: np.ndarray, dropped_at_s: np.ndarray, target: int,
-                        in_flight_s: np.ndarray) -> RoundClose:
+                        in_flight_s: np.ndarray, lost_s: np.ndarray | None = None) -> RoundClose:
         finish_s = np.asarray(finish_s, dtype=np.float64)
         dropped_at_s = np.asarray(dropped_at_s, dtype=np.float64)
         in_flight_s = np.asarray(in_flight_s, dtype=np.float64)
+        lost_s = np.zeros(0) if lost_s is None else np.asarray(lost_s, dtype=np.float64)
         survives = finish_s <= dropped_at_s
         until_gone = np.minimum(finish_s, dropped_at_s)  # when the server hears the report or loses the client
         arrivals = np.sort(np.concatenate([in_flight_s, finish_s[survives]]), kind="stable")
         k = int(self.cfg.buffer)
         if len(arrivals) >= k:
             duration = float(arrivals[k - 1])
-        elif len(arrivals) or len(finish_s):  # too few can arrive: close when the last arrives or is lost
-            duration = float(max(arrivals.max(initial=0.0), until_gone.max(initial=0.0)))
+        elif len(arrivals) or len(finish_s) or len(lost_s):  # too few can arrive: the last arrival or loss
+            duration = float(max(arrivals.max(initial=0.0), until_gone.max(initial=0.0), lost_s.max(initial=0.0)))
         else:
             duration = 0.0
         # Every survivor goes in flight (the engine takes the first K arrivals, this round's included);

@@ -46,8 +46,10 @@ class RoundMode(Stateful, Deployable, ABC):
         return None
 
     def close_in_flight(self, finish_s: np.ndarray, dropped_at_s: np.ndarray, target: int,
-                        in_flight_s: np.ndarray) -> RoundClose:
-        """Close a round while reports from earlier rounds arrive at ``in_flight_s`` seconds after the start.
+                        in_flight_s: np.ndarray, lost_s: np.ndarray | None = None) -> RoundClose:
+        """Close a round while reports from earlier rounds arrive at ``in_flight_s`` seconds after the start, and
+        tasks launched earlier that will bring nothing usable end at ``lost_s`` seconds after it (a client that
+        goes offline before it delivers, a report too stale for the server rule).
 
         Synchronous modes close on the launched cohort alone (:meth:`close`); the reports in flight arrive
         when they arrive.

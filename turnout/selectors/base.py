@@ -59,6 +59,13 @@ class Selector(Stateful, Deployable, ABC):
         return "" if cls.fills_free_slots else f"chooses a whole cohort of {cfg.clients_per_round} at once" \
             if hasattr(cfg, "clients_per_round") else "chooses a whole cohort at once"
 
+    @classmethod
+    def weights_per_cohort(cls, cfg: BaseModel) -> tuple[str, str] | None:
+        """``(option, why)`` when this selector, under options ``cfg``, gives absolute weights scaled to a cohort of
+        ``clients_per_round`` reports (an unbiased estimate of the full-population mean only when that many
+        reports are averaged); ``None``: its weights are relative, or it has no such option."""
+        return None
+
     @property
     def num_clients(self) -> int:
         return self.world.num_clients

@@ -33,6 +33,13 @@ class UniformSelector(Selector):
         n = len(available)
         return np.full(n, min(launch, n) / n) if n else np.zeros(0)
 
+    @classmethod
+    def weights_per_cohort(cls, cfg: UniformConfig) -> tuple[str, str] | None:
+        if cfg.weighting != "unbiased":
+            return None
+        return "weighting", f"unbiased weights N·p_i/{cfg.clients_per_round} estimate the mean of a cohort of " \
+                            f"{cfg.clients_per_round} reports"
+
     def target(self) -> int:
         return self.cfg.clients_per_round
 

@@ -135,6 +135,16 @@ def asynchronous_rounds(exp: ResolvedExperiment, prefix: str) -> None:
         raise ConfigError(f"{prefix}round_mode.buffer", mode.cfg.buffer,
                           f"must be <= selector.clients_per_round ({concurrency}), the clients in flight at once: "
                           "a larger buffer never fills")
+    scaled = sel.cls.weights_per_cohort(sel.cfg)
+    if scaled is not None and mode.cfg.buffer != concurrency:
+        # An update averages K = buffer reports, not C: every step would shrink by K/C. N·p_i/K would not be
+        # unbiased either: busy devices cannot be chosen and fast clients arrive first
+        # (docs/algorithms/asynchronous.md, "Selector weights").
+        option, why = scaled
+        raise ConfigError(f"{prefix}selector.{option}", getattr(sel.cfg, option),
+                          f"{why}, but an asynchronous update averages round_mode.buffer = {mode.cfg.buffer} "
+                          "(each step would shrink by buffer/clients_per_round); use relative weights "
+                          "(n_samples or equal) or buffer = clients_per_round")
 
 
 def privacy_protects_rule(exp: ResolvedExperiment, prefix: str) -> None:

@@ -46,6 +46,7 @@ from ..training.local_sgd import LocalTrainer, evaluate, evaluate_many
 from ..world.context import WorldContext
 from ..world.late import LateBuffer
 from ..world.ledger import CoordinateLedger
+from ..world.lost import LostTasks
 from ..world.model import GlobalModel
 from ..world.participation import ParticipationTracker
 from ..world.population import Population
@@ -96,8 +97,8 @@ class Simulation(Stateful):
     """
 
     state_attrs = ("next_round", "sim_time", "diverged_at", "global_model", "population", "ledger", "late",
-                   "versions", "participation", "store", "availability", "selector", "round_mode", "algorithm",
-                   "compressor", "privacy", "secure_aggregation")
+                   "lost", "versions", "participation", "store", "availability", "selector", "round_mode",
+                   "algorithm", "compressor", "privacy", "secure_aggregation")
 
     def __init__(self, exp: ResolvedExperiment, data: FederatedDataset, seed: int, scratch_dir=None,
                  components: Mapping[str, Injected] | None = None, work: Work | None = None):
@@ -128,6 +129,7 @@ class Simulation(Stateful):
             torch.backends.cudnn.benchmark = cfg.runtime.cudnn_benchmark
         self.ledger = CoordinateLedger(dim, cfg.rounds)
         self.late = LateBuffer(dim if self.work.trains_model else 0)  # proxy reports carry no update values
+        self.lost = LostTasks()  # doomed tasks still running: their devices are busy until their clients go offline
         self.versions = ModelVersions()  # the models that reports in flight started from (rules that mix models)
         self.participation = ParticipationTracker(n)
         self.pricer: WirePricer = self.work.pricer(self)
@@ -161,6 +163,8 @@ class Simulation(Stateful):
         if "privacy" not in state:  # a checkpoint from before these seams: they were off
             state = {**state, "privacy": self.privacy.state_dict(),
                      "secure_aggregation": self.secure_aggregation.state_dict()}
+        if "lost" not in state:  # a checkpoint from before lost tasks were kept busy: none was recorded
+            state = {**state, "lost": LostTasks().state_dict()}
         super().load_state_dict(state)
 
     @property
@@ -309,12 +313,14 @@ class Simulation(Stateful):
         """Who is reachable (busy devices excluded), whom the selector launches, what probing cost."""
         t0 = self.sim_time
         online = self.availability.available(r, t0)
-        if len(self.late):  # a device still computing a late report is busy
+        self.lost.release(t0)  # a client lost by now has gone offline: its device and its slot are free
+        if len(self.late) or len(self.lost):  # a device still computing a late report or a doomed task is busy
             online = online.copy()
             online[self.late.busy_clients()] = False
+            online[self.lost.busy_clients()] = False
         available = np.flatnonzero(online)
         probe = LossProbe(self.pricer, self.global_model, self.data, self.seed, r)
-        launch = self.round_mode.launch(self.selector.target(), len(self.late))
+        launch = self.round_mode.launch(self.selector.target(), len(self.late) + len(self.lost))
         cohort = self.selector.select(SelectionContext(
             round=r, time_s=t0, available=available, launch=launch,
             rng=rngmod.stream(self.seed, "selection", r), world=self.world, availability=self.availability,
@@ -350,9 +356,19 @@ class Simulation(Stateful):
         finish = self.pricer.delivery_s(clients, trained.down, result.samples, trained.up)
         dropped_at = self.availability.online_until(clients, r, t0) - t0
         mode = self.round_mode
-        in_flight_s = self.late.arrival_s - t0 if mode.asynchronous else np.zeros(0)
-        verdict = mode.close_in_flight(finish, dropped_at, cohort.target, in_flight_s)
-        duration = (verdict.duration_s if opened.size or len(in_flight_s) else mode.empty_round_s) + probe_s
+        # An asynchronous round closes at the K-th report the server rule can use (FedScale's max_staleness: a
+        # report too stale is dropped on arrival and does not count), or when the last one arrives or is lost.
+        # Tasks in flight that will bring nothing usable (a client that goes offline first, a report too stale)
+        # only end a round that has too few usable reports to wait for.
+        if mode.asynchronous:
+            usable = self._usable(r, self.late.origin_round)
+            in_flight_s = self.late.arrival_s[usable] - t0
+            lost_s = np.concatenate([self.lost.gone_s, self.late.arrival_s[~usable]]) - t0
+        else:
+            in_flight_s = lost_s = np.zeros(0)
+        verdict = mode.close_in_flight(finish, dropped_at, cohort.target, in_flight_s, lost_s)
+        duration = (verdict.duration_s if opened.size or len(in_flight_s) or len(lost_s) else mode.empty_round_s
+                    ) + probe_s
         verdict = self.work.settle(self, opened, trained, verdict, duration)
         verdict, secagg = self.secure_aggregation.close(
             verdict, duration - probe_s, dropped_at, lambda j, b: self.pricer.upload_s(clients[j], b),
@@ -370,18 +386,33 @@ class Simulation(Stateful):
         weights = np.asarray(self.selector.settle_weights(cohort, feedback), dtype=np.float64)
         self.late.add(r, clients[late], t0 + finish[late], take_rows(trained.decoded, late), weights[late],
                       self.population.n_train[clients[late]], result.losses[late], verdict.busy_s[late])
+        # A launched client still computing at the close that will not deliver (it goes offline first, or its
+        # report is rejected) keeps its device busy until then; a late one is busy in the late buffer.
+        # (Compared with the round mode's own close, on its own clock: the slowest client of a round that waited for
+        # it is never still running, whatever the rounding of the absolute times.) Held under asynchronous rounds
+        # only, for now: the synchronous modes' share of the fix moves the REFL pages, which must be regenerated
+        # with it (docs/algorithms/asynchronous.md, "Lost clients").
+        busy = np.asarray(verdict.busy_s, np.float64)
+        running = ~late & (busy > verdict.duration_s) & np.isfinite(busy) & mode.asynchronous
+        self.lost.add(clients[running], t0 + busy[running])
         if self.algorithm.reads_origin_models and late.any():
             self.versions.hold(r, self.params)  # version r, before this round's update
-        arrived = self.late.pop_arrived(t_end, mode.arrivals_taken())
-        age = r - arrived.origin_round
-        # A report that arrives in the round it started in is fresh for an asynchronous round mode.
-        stale_ok = ((np.full(len(arrived), self.algorithm.uses_stale_updates) & (age <= self.algorithm.max_staleness))
-                    | (mode.asynchronous & (age == 0)))
+        arrived = self.late.pop_arrived(t_end, mode.arrivals_taken(),
+                                        self._usable(r, self.late.origin_round) if mode.asynchronous else None)
+        stale_ok = self._usable(r, arrived.origin_round, asynchronous=mode.asynchronous)
         settled = Settled(finish_s=finish, dropped_at_s=dropped_at, verdict=verdict, aggregated=agg, late=late,
                           duration_s=duration, end_s=t_end, download_s=download_s, feedback=feedback, weights=weights,
                           arrived=arrived, stale_ok=stale_ok, compute_s=compute_s, upload_s=upload_s, secagg=secagg)
         self.work.settled(self, opened, trained, settled)
         return settled
+
+    def _usable(self, r: int, origin_round: np.ndarray, asynchronous: bool = True) -> np.ndarray:
+        """Which reports started in ``origin_round`` the server rule takes in round ``r``: a stale one when the rule
+        uses stale reports and it is at most ``max_staleness`` old; under an asynchronous round mode a report that
+        arrives in the round it started in is fresh, whatever the rule."""
+        age = r - np.asarray(origin_round, np.int64)
+        return ((np.full(len(age), self.algorithm.uses_stale_updates) & (age <= self.algorithm.max_staleness))
+                | (asynchronous & (age == 0)))
 
     def _aggregate(self, opened: Opened, trained: Trained, settled: Settled) -> Aggregated:
         """Fresh and stale reports as one batch; the work's server step; the selector learns."""

@@ -89,15 +89,23 @@ class LateBuffer(Stateful):
         mask[row] = True
         self._take(mask)
 
-    def pop_arrived(self, until_s: float, limit: int | None = None) -> Arrived:
+    def pop_arrived(self, until_s: float, limit: int | None = None, usable: np.ndarray | None = None) -> Arrived:
         """Remove and return the reports that arrive no later than ``until_s`` (in arrival order), at most
-        ``limit`` of them: the first to arrive, ties to the one parked first (an asynchronous buffer of K)."""
+        ``limit`` of them: the first to arrive, ties to the one parked first (an asynchronous buffer of K).
+
+        With ``usable`` (a mask over the buffer) only usable reports count towards ``limit``: the reports taken
+        are those that arrive up to the ``limit``-th usable one (the unusable ones among them are dropped on
+        arrival by the caller, FedScale's ``max_staleness``)."""
         due = self.arrival_s <= until_s
-        if limit is not None and int(due.sum()) > limit:
+        counts = due if usable is None else due & np.asarray(usable, bool)
+        if limit is not None and int(counts.sum()) > limit:
             idx = np.flatnonzero(due)
-            first = idx[np.argsort(self.arrival_s[idx], kind="stable")[:max(int(limit), 0)]]
+            order = idx[np.argsort(self.arrival_s[idx], kind="stable")]
+            taken = np.cumsum(counts[order]) if limit > 0 else np.zeros(len(order), np.int64)
+            # up to and including the limit-th counted report (none when limit is 0)
+            cut = int(np.searchsorted(taken, limit)) + 1 if limit > 0 else 0
             due = np.zeros(len(self), dtype=bool)
-            due[first] = True
+            due[order[:cut]] = True
         return self._take(due)
 
     def pop_all(self) -> Arrived:
