@@ -18,12 +18,11 @@ from ..core.capabilities import Deployable, UploadKind, upload_kinds
 from ..core.records import Cohort, SentStep
 from ..core.registry import Registry
 from ..core.state import Stateful
+from ..core.wire import INDEX_BYTES, VALUE_BYTES
 from ..world.state_store import ClientStateStore
 
 COMPRESSORS: Registry = Registry("compressor", "what goes on the wire up and down, with error feedback")
 
-VALUE_BYTES = 4
-INDEX_BYTES = 4
 
 
 def sparse_bytes(nnz: np.ndarray | int, dim: int, value_bytes: int = VALUE_BYTES) -> np.ndarray:
