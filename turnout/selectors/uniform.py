@@ -27,9 +27,6 @@ class UniformSelector(Selector):
     Config = UniformConfig
     fills_free_slots = True
 
-    def target(self) -> int:
-        return self.cfg.clients_per_round
-
     def select(self, ctx: SelectionContext) -> Cohort:
         k = min(ctx.launch, len(ctx.available))
         clients = np.sort(ctx.rng.choice(ctx.available, size=k, replace=False)) if k else np.zeros(0, np.int64)

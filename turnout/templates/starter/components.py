@@ -38,7 +38,7 @@ class FewestTurnsFirst(Selector):
     The first line of the docstring is what ``turnout list`` prints. ``select`` gets who is online
     (``ctx.available``), how many to launch (``ctx.launch``: K, or more when the round mode
     over-commits), the round and its random stream; it returns the cohort and each member's
-    aggregation weight.
+    aggregation weight. K (``target()``) is ``clients_per_round`` unless the selector overrides it.
     """
 
     class Config(StrictModel):  # the options of `selector: {name: my_selector, ...}`, checked before any work
@@ -51,9 +51,6 @@ class FewestTurnsFirst(Selector):
     def __init__(self, cfg: Config, world):
         super().__init__(cfg, world)
         self.turns = np.zeros(world.num_clients, dtype=np.int64)  # launches per client (numpy, not objects)
-
-    def target(self) -> int:
-        return self.cfg.clients_per_round
 
     def select(self, ctx: SelectionContext) -> Cohort:
         available = np.asarray(ctx.available, dtype=np.int64)
