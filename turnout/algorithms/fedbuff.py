@@ -21,37 +21,20 @@ from typing import ClassVar
 
 import numpy as np
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import FedAvgConfig
-from .server_step import ServerStepConfig
-from .stale_aware import StaleServerOptimizer
+from .server_step import ServerOptimizerOption
 from .staleness import MaxStaleness, StalenessConfig, TakesStaleReports, staleness_weights
 
 
-class FedBuffConfig(FedAvgConfig, MaxStaleness):
+class FedBuffConfig(ServerOptimizerOption, FedAvgConfig, MaxStaleness):
     legacy_step_keys: ClassVar[tuple[str, ...]] = (*FedAvgConfig.legacy_step_keys, "server_optimizer")
 
     staleness: StalenessConfig = Field(default_factory=StalenessConfig,
                                        description="s(τ): {rule: constant | polynomial | hinge | refl, a, b, beta}; "
                                                    "default polynomial with a = 0.5 (1/√(1+τ), FedBuff)")
-    server_optimizer: StaleServerOptimizer = Field(
-        default_factory=StaleServerOptimizer,
-        description="server step on the buffer's mean: {name: none | adam | yogi, server_lr, beta1, beta2, tau, init}; "
-                    "none: x ← x + server_lr · mean (with server_momentum)")
-
-    @model_validator(mode="after")
-    def _one_step_size(self):
-        if self.server_optimizer.name != "none" and (self.server_lr != 1.0 or self.server_lr_decay != 1.0
-                                                     or self.server_momentum != 0.0):
-            raise ValueError("with a server_optimizer the step is server_optimizer's: leave server_lr and "
-                             "server_lr_decay at 1 and server_momentum at 0")
-        return self
-
-    def legacy_step(self) -> ServerStepConfig:
-        opt = self.server_optimizer
-        return opt.adaptive(opt.name) if opt.name != "none" else super().legacy_step()
 
 
 @ALGORITHMS.register("fedbuff")

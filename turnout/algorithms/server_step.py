@@ -178,6 +178,39 @@ class AdaptiveOptions(ServerLRSchedule):
                                 **self.schedule())
 
 
+class ServerOptimizer(AdaptiveOptions):
+    """``server_optimizer: {name: none | adam | yogi, server_lr, beta1, beta2, tau, init}`` (FedBuff, REFL's
+    stale-aware rule): the old spelling of ``server_step: {name: adam | yogi, ...}``; ``none``: the rule's SGD."""
+
+    name: Literal["none", "adam", "yogi"] = Field(
+        "none", description="none: x ← x + η_g·aggregate; yogi / adam: the FedYogi / FedAdam server step on the "
+                            "aggregate (REFL: yogi with init fedscale, server_lr 3e-3, tau 1e-8, beta2 0.99)")
+
+
+class ServerOptimizerOption(StrictModel):
+    """Mixin of a rule's config that kept its ``server_optimizer`` key: with an optimiser named, the rule's own
+    SGD keys (``server_lr``, ``server_lr_decay``, ``server_momentum``, ...) must stay at their defaults."""
+
+    server_optimizer: ServerOptimizer = Field(
+        default_factory=ServerOptimizer,
+        description="adaptive server step on the aggregate: {name: none | yogi | adam, server_lr, beta1, beta2, tau, "
+                    "init}; default none (the old spelling of server_step)")
+
+    @model_validator(mode="after")
+    def _one_step_size(self):
+        if self.server_optimizer.name != "none":
+            fields = type(self).model_fields
+            for key in self.legacy_step_keys:
+                if key != "server_optimizer" and getattr(self, key) != fields[key].get_default():
+                    raise ValueError(f"with a server_optimizer the step size is server_optimizer.server_lr; leave "
+                                     f"{key} at {fields[key].get_default()!r}")
+        return self
+
+    def legacy_step(self) -> ServerStepConfig:
+        opt = self.server_optimizer
+        return opt.adaptive(opt.name) if opt.name != "none" else super().legacy_step()
+
+
 class ServerLRConfig(ServerStepOption, ServerLRSchedule):
     """A rule's config with the server step: ``server_step``, or the old ``server_lr*`` keys (plain SGD)."""
 
@@ -275,5 +308,6 @@ class ServerStep(Stateful):
         return cfg.lr_at(round) * self.m / (torch.sqrt(self.v) + cfg.tau)
 
 
-__all__ = ["ADAPTIVE", "AdaptiveOptions", "AdaptiveServerConfig", "Direction", "ServerLRSchedule", "ServerLRConfig",
-           "ServerStep", "ServerStepConfig", "ServerStepOption", "Transform"]
+__all__ = ["ADAPTIVE", "AdaptiveOptions", "AdaptiveServerConfig", "Direction", "ServerLRConfig", "ServerLRSchedule",
+           "ServerOptimizer", "ServerOptimizerOption", "ServerStep", "ServerStepConfig", "ServerStepOption",
+           "Transform"]

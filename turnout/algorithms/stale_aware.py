@@ -51,27 +51,22 @@ from typing import ClassVar, Literal, Optional
 
 import numpy as np
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from ..config.limits import MAX_ROUNDS, MAX_SCALE
 from ..core.state import Stateful
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
-from .server_step import AdaptiveOptions, ServerLRConfig, ServerStepConfig
+from .server_step import ServerLRConfig, ServerOptimizer, ServerOptimizerOption
 
 #: ``max_staleness`` used when there is no bound (the engine compares ``round − origin ≤ max_staleness``).
 UNBOUNDED = 2**62
 
 
-class StaleServerOptimizer(AdaptiveOptions):
-    """The adaptive server step applied to the stale-aware aggregate (``name: none`` = plain ``η_g`` step);
-    the old spelling of ``server_step: {name: adam | yogi, ...}``."""
-
-    name: Literal["none", "adam", "yogi"] = Field(
-        "none", description="none: x ← x + η_g·aggregate; yogi / adam: the FedYogi / FedAdam server step on the "
-                            "aggregate (REFL: yogi with init fedscale, server_lr 3e-3, tau 1e-8, beta2 0.99)")
+#: the old name of the ``server_optimizer`` block
+StaleServerOptimizer = ServerOptimizer
 
 
-class StaleAwareConfig(ServerLRConfig):
+class StaleAwareConfig(ServerOptimizerOption, ServerLRConfig):
     legacy_step_keys: ClassVar[tuple[str, ...]] = (*ServerLRConfig.legacy_step_keys, "server_optimizer")
 
     rule: Literal["refl", "equal", "dynsgd", "adasgd", "average"] = Field(
@@ -89,21 +84,6 @@ class StaleAwareConfig(ServerLRConfig):
     combine: Literal["deltas", "models"] = Field(
         "deltas", description="deltas: stale deltas applied to the current model (paper); models: average full "
                               "local models x_origin + Δ (REFL code's send_delta = 0)")
-    server_optimizer: StaleServerOptimizer = Field(
-        default_factory=StaleServerOptimizer,
-        description="adaptive server step on the aggregate: {name: none | yogi | adam, server_lr, beta1, beta2, tau, "
-                    "init}; default none")
-
-    @model_validator(mode="after")
-    def _one_step_size(self):
-        if self.server_optimizer.name != "none" and (self.server_lr != 1.0 or self.server_lr_decay != 1.0):
-            raise ValueError("with a server_optimizer the step size is server_optimizer.server_lr; leave "
-                             "server_lr and server_lr_decay at 1")
-        return self
-
-    def legacy_step(self) -> ServerStepConfig:
-        opt = self.server_optimizer
-        return opt.adaptive(opt.name) if opt.name != "none" else super().legacy_step()
 
 
 def staleness_factors(rule: str, staleness: np.ndarray, deviation: np.ndarray | None = None, beta: float = 0.35,
