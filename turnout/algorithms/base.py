@@ -59,7 +59,8 @@ class AlgorithmContext:
 
 
 class Algorithm(Stateful, Deployable, ABC):
-    """Client rule + server rule. Subclasses implement :meth:`aggregate`; the client hooks default to FedAvg's.
+    """Client rule + server rule. Subclasses implement :meth:`server_direction` (the shared server step applies
+    it) or, to set the model outright, :meth:`aggregate`; the client hooks default to FedAvg's.
 
     Server-side state (moments, memories' running sums, counters) is declared in ``state_attrs``;
     model-sized per-client state lives in the client-state store, which is checkpointed with the run.
