@@ -24,7 +24,7 @@ from ..core.registry import Registry
 from ..core.state import Stateful
 from ..training.local_sgd import LocalObjective
 from ..world.state_store import ClientStateStore
-from .server_step import Direction, ServerStep, ServerStepOption
+from .server_step import Direction, ServerStep, ServerStepConfig, ServerStepOption
 
 ALGORITHMS: Registry = Registry("algorithm", "client rule + server rule + their state")
 
@@ -106,10 +106,9 @@ class Algorithm(Stateful, Deployable, ABC):
     def __init__(self, cfg: BaseModel, ctx: AlgorithmContext):
         self.cfg = cfg
         self.ctx = ctx
-        #: how the rule's direction becomes the next model (:mod:`turnout.algorithms.server_step`); None for a
-        #: rule whose config has no ``server_step`` option (FedAsync sets the model outright)
-        self.server_step: ServerStep | None = (ServerStep(cfg.step_config()) if isinstance(cfg, ServerStepOption)
-                                               else None)
+        #: how the rule's direction becomes the next model (:mod:`turnout.algorithms.server_step`): the config's
+        #: ``server_step`` option, or plain SGD with η_g = 1 for a config without one (a plugin's own options)
+        self.server_step = ServerStep(cfg.step_config() if isinstance(cfg, ServerStepOption) else ServerStepConfig())
 
     @classmethod
     def upload_kind(cls, cfg: BaseModel) -> UploadKind:
