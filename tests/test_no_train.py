@@ -173,3 +173,21 @@ def test_a_no_train_run_resumes_byte_identically_with_late_reports_in_flight(tmp
     assert subprocess.run([*cmd, "resume", str(cut), "--quiet"], cwd=ROOT, capture_output=True).returncode == 0
     for table in ("rounds.csv", "clients.csv"):
         assert (whole / table).read_bytes() == (cut / table).read_bytes()
+
+
+def test_an_aggregating_round_is_recorded_in_o_rounds_without_an_index_of_the_models_size():
+    """SystemOnlyWork marks every coordinate through the ledger's record_all, as a trained dense step does."""
+    from types import SimpleNamespace
+
+    from turnout.world.ledger import CoordinateLedger
+
+    ledger = CoordinateLedger(1_000_000, max_rounds=4)
+    calls = []
+    ledger.record = lambda r, changed: calls.append(len(changed)) or 0  # the index path: must not be taken
+    sim = SimpleNamespace(ledger=ledger)
+    work = SystemOnlyWork()
+    some = SimpleNamespace(clients=np.array([3, 5]))
+    assert work.aggregate(sim, 0, some, None, None) == 1_000_000
+    assert work.aggregate(sim, 1, SimpleNamespace(clients=np.zeros(0, np.int64)), None, None) == 0
+    assert calls == [] and ledger.hist[1] == 1_000_000 and ledger.hist.sum() == 1_000_000
+    assert ledger.lacking(np.array([-1, 0, 1])).tolist() == [1_000_000, 0, 0]  # round 1 aggregated nothing

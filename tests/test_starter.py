@@ -25,7 +25,9 @@ def test_new_writes_a_starter_that_check_accepts_with_its_plugin(tmp_path, monke
     assert "registers algorithm.my_rule, selector.my_selector" in out
     variants = load_experiment(tmp_path / "mylab" / "experiment.yaml")
     assert [(v.variant, v.components["selector"].name, v.components["algorithm"].name) for v in variants] == [
-        ("mine", "my_selector", "my_rule"), ("FedAvg", "uniform", "fedavg")]
+        ("mine", "my_selector", "my_rule"), ("mine+yogi", "my_selector", "my_rule"), ("FedAvg", "uniform", "fedavg")]
+    yogi = variants[1].components["algorithm"].cfg.step_config()
+    assert (yogi.name, yogi.lr) == ("yogi", 0.05)  # the rule's step, set in the experiment file alone
 
 
 def test_new_refuses_a_folder_that_is_not_empty_in_one_line(tmp_path, monkeypatch, capsys):
@@ -48,4 +50,4 @@ def test_the_starters_own_tests_pass(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "lab"],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert "2 passed" in proc.stdout
+    assert "3 passed" in proc.stdout

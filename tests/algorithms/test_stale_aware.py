@@ -167,27 +167,27 @@ YOGI = {"name": "yogi", "server_lr": 3e-3, "tau": 1e-8, "beta2": 0.99, "init": "
 
 
 def test_yogi_server_step_is_applied_to_the_staleness_weighted_aggregate():
-    from turnout.algorithms.server_optim import AdaptiveServerConfig, AdaptiveStep
+    from turnout.algorithms.server_step import ServerStep, ServerStepConfig
 
     alg = make(rule="dynsgd", server_optimizer=YOGI)
-    ref = AdaptiveStep(AdaptiveServerConfig(server_lr=3e-3, tau=1e-8, beta2=0.99, init="fedscale"), "yogi")
+    ref = ServerStep(ServerStepConfig(name="yogi", lr=3e-3, tau=1e-8, beta2=0.99, init="fedscale"))
     plain = make(rule="dynsgd")  # the same rule without an optimiser: x + 1 · aggregate
     x = torch.tensor([1.0, -1.0])
     for r, (ups, w, tau) in enumerate([([[1.0, 0.0], [3.0, 2.0], [0.5, 0.5]], [1.0, 1.0, 1.0], [0, 0, 2]),
                                        ([[0.2, -0.4], [1.0, 1.0]], [1.0, 2.0], [0, 1])]):
         agg = plain.aggregate(r, x, reports(ups, w, tau)) - x  # the staleness-weighted aggregate
         new = alg.aggregate(r, x, reports(ups, w, tau))
-        torch.testing.assert_close(new, x + ref.step(r, agg))
+        torch.testing.assert_close(new, ref.apply(r, x, agg))
         if r == 0:  # FedScale's YoGi: the first round is a plain step
             torch.testing.assert_close(new, x + agg)
         x = new
-    torch.testing.assert_close(alg.opt.m, ref.m)
+    torch.testing.assert_close(alg.server_step.m, ref.m)
     assert torch.equal(alg.aggregate(2, x, EMPTY), x)  # no reports: neither the model nor the moments move
-    torch.testing.assert_close(alg.opt.v, ref.v)
+    torch.testing.assert_close(alg.server_step.v, ref.v)
 
 
 def test_default_has_no_optimiser_and_a_second_step_size_is_refused():
-    assert make().opt is None and make().cfg.server_optimizer.name == "none"
+    assert make().server_step.cfg.plain and make().cfg.server_optimizer.name == "none"
     with pytest.raises(ValueError, match="server_optimizer.server_lr"):
         StaleAwareConfig(server_lr=0.5, server_optimizer=YOGI)
 
@@ -198,8 +198,8 @@ def test_yogi_with_stale_models_runs_through_the_engine_and_checkpoints(run_dead
     algo = {"name": "stale_aware", "rule": "refl", "combine": "models", "server_optimizer": YOGI}
     sim, res = run_deadline(algo)
     assert sum(r["n_stale"] for r in res.rounds) > 0 and math.isfinite(res.rounds[-1]["loss"])
-    assert sim.algorithm.opt.m is not None
+    assert sim.algorithm.server_step.m is not None
     arrays, meta = encode_state(sim.algorithm.state_dict())
     fresh = build_simulation({**DEADLINE, "algorithm": algo}).algorithm
     fresh.load_state_dict(decode_state(arrays, meta))
-    torch.testing.assert_close(fresh.opt.v, sim.algorithm.opt.v)
+    torch.testing.assert_close(fresh.server_step.v, sim.algorithm.server_step.v)

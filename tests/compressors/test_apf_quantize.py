@@ -38,7 +38,7 @@ def test_apf_freezes_oscillating_coordinates_and_unfreezes_them_after_the_period
     assert up.tolist() == [20 * 4, 20 * 4]
     # downloads pay for the frozen mask (20 indices = 80 B > bitmap of 5 B)
     assert c.download_bytes(np.array([7])).tolist() == [int(sparse_bytes(7, D)) + bitmap_bytes(D)]
-    assert (c.server_update(2, torch.ones(D))[20:] == 0).all()  # code round 3: U = 3 < 3 + 1 → active again
+    assert (c.server_update(2, torch.ones(D)).sent[20:] == 0).all()  # code round 3: U = 3 < 3 + 1 → active again
     assert c.active.all()
 
 
@@ -95,7 +95,7 @@ def test_stochastic_rounding_is_unbiased_and_seeded_per_client():
 
 def test_downlink_quantisation_prices_bits_per_lacking_value():
     c = q8(downlink=True)
-    s = c.server_update(0, torch.randn(610, generator=torch.Generator().manual_seed(2)))
+    s = c.server_update(0, torch.randn(610, generator=torch.Generator().manual_seed(2))).sent
     assert len(torch.unique(s[:600])) <= 256
     assert c.download_bytes(np.array([0, 610, 100])).tolist() == [0, 610 + 16, 100 + min(400, 77) + 16]
     assert q8().download_bytes(np.array([610])).tolist() == [610 * 4]

@@ -61,7 +61,7 @@ def test_server_support_contains_mask_and_new_mask_is_top_shared_of_the_change()
     c = build(ratio=0.2, shared_ratio=0.16)
     c.server_update(0, rand(1, 3)[0])
     M = c.shared_mask.clone()
-    s = c.server_update(1, rand(1, 4)[0])
+    s = c.server_update(1, rand(1, 4)[0]).sent
     assert (s[M] != 0).all()
     assert int((s != 0).sum()) == sum(Layout(LAYOUT, D).k_for(0.2))
     new = c.shared_mask

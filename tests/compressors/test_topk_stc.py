@@ -99,9 +99,9 @@ def test_topk_error_feedback_reloads_residual_and_stc_by_default_does_not():
 def test_server_error_feedback_carries_what_the_server_dropped():
     c = build(STC, ratio=0.1, scope="global", server_error_feedback=True)
     u = distinct(1, seed=4)[0]
-    s1 = c.server_update(0, u)
+    s1 = c.server_update(0, u).sent
     assert torch.allclose(c.server_residual, u - s1)
-    s2 = c.server_update(1, torch.zeros(D))
+    s2 = c.server_update(1, torch.zeros(D)).sent
     assert torch.allclose(s1 + s2 + c.server_residual, u)
 
 
@@ -167,7 +167,7 @@ def spying(cls):
 
         def server_update(self, r, update):
             out = super().server_update(r, update)
-            self.supports[r] = set(torch.nonzero(out).flatten().tolist())
+            self.supports[r] = set(torch.nonzero(out.sent).flatten().tolist())
             return out
 
         def download_bytes(self, lack):

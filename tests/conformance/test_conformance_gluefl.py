@@ -221,7 +221,7 @@ def replay_masks(rec: dict, monkeypatch):
         reports = Reports(clients=cohort.clients[agg], updates=decoded[torch.from_numpy(agg)], weights=settled[agg],
                           normalize=cohort.normalize, n_samples=np.full(agg.sum(), 20), losses=np.ones(agg.sum()),
                           staleness=np.zeros(agg.sum(), np.int64))
-        step = comp.server_update(r, reports.weighted_mean())
+        step = comp.server_update(r, reports.weighted_mean()).sent
         residual = store.get(comp.residual_name, cohort.clients) * p["N"]  # turnout keeps ν·h, the code a·h = N·ν·h
         yield row, dict(mask_in=mask_in, uploads=decoded[pos], residuals=residual[pos], step=step,
                         mask_out=comp.shared_mask.clone(), nu=np.asarray(cohort.weights)[pos])

@@ -66,7 +66,7 @@ def defects():
 
     def no_momentum(aggregate):
         def f(self, round, global_params, reports):
-            self.momentum_buf = None  # the buffer forgets: the momentum is ignored
+            self.server_step.m = None  # the buffer forgets: the momentum is ignored
             return aggregate(self, round, global_params, reports)
         return f
 

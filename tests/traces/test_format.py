@@ -78,7 +78,7 @@ def test_exact_lookup_matches_brute_force(integer):
         got = tr.is_online(clients, t)
         want = np.array([brute_online(tr, c, t) for c in clients])
         assert np.array_equal(got, want), t
-        assert np.array_equal(tr._search_online(clients, t), want)
+        assert np.array_equal(tr.search_online(clients, t), want)
         until = tr.online_until(clients, t)
         want_u = np.array([brute_until(tr, c, t) for c in clients])
         assert np.allclose(until, want_u, rtol=0, atol=1e-9) or np.array_equal(until, want_u), t
@@ -100,7 +100,7 @@ def test_key_search_matches_bisection():
         assert tr._keys is not None and tr._keys is not False  # the key path was taken
         assert np.array_equal(f1, f2) and np.array_equal(j1[f1], j2[f2]), t
         small = rng.choice(tr.num_traces, 50)
-        assert np.array_equal(tr._search_online(small, t), tr._search_online(c, t)[small])
+        assert np.array_equal(tr.search_online(small, t), tr.search_online(c, t)[small])
 
 
 @pytest.mark.parametrize("integer", [True, False])
@@ -117,9 +117,9 @@ def test_sweep_matches_search_over_a_long_walk(integer):
         t = max(0.0, t + dt)
         if i % 3 == 0:  # land exactly on an interval start or end (closed-interval edge cases)
             t = float(rng.choice(exact)) + 1000.0 * rng.integers(0, 4)
-        assert np.array_equal(tr.is_online(None, t), tr._search_online(None, t)), t
+        assert np.array_equal(tr.is_online(None, t), tr.search_online(None, t)), t
         sub = rng.choice(tr.num_traces, 300)
-        assert np.array_equal(tr.is_online(sub, t), tr._search_online(sub, t)), t
+        assert np.array_equal(tr.is_online(sub, t), tr.search_online(sub, t)), t
 
 
 def test_float_key_ties_are_resolved_exactly():
@@ -132,10 +132,10 @@ def test_float_key_ties_are_resolved_exactly():
     trace = AvailabilityTrace(np.arange(n + 1), starts, starts + 1e-6, periods)
     c = np.arange(n)
     tau = np.nextafter(period - 2.0, 0.0)  # just before every start: offline
-    assert not trace._search_online(c, tau).any()
+    assert not trace.search_online(c, tau).any()
     assert trace._keys is not None and trace._keys is not False
-    assert trace._search_online(c, period - 2.0).all()
-    assert not trace._search_online(c, period - 2.0 + 2e-6).any()
+    assert trace.search_online(c, period - 2.0).all()
+    assert not trace.search_online(c, period - 2.0 + 2e-6).any()
 
 
 def vector_brute_online(trace: AvailabilityTrace, t: float) -> np.ndarray:
@@ -179,7 +179,7 @@ def test_float32_times_answer_exactly(periods):
     for t in np.concatenate([edges - 1e-6, edges, edges + 1e-6, edges + 2000.0 + 1e-6]):
         want = vector_brute_online(tr, t)
         assert np.array_equal(tr.is_online(None, t), want), t  # sweep (one period) or search
-        assert np.array_equal(tr._search_online(c, t), want), t  # bisection or global keys
+        assert np.array_equal(tr.search_online(c, t), want), t  # bisection or global keys
         assert np.array_equal(tr.is_online(small, t), want[small]), t
         until = tr.online_until(small, t)
         assert np.array_equal(until, [brute_until(tr, i, t) for i in small]), t

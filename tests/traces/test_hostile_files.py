@@ -24,8 +24,7 @@ import pytest
 import yaml
 
 from turnout.core.errors import DataError
-from turnout.traces import AvailabilityTrace, fedscale, load_trace, save_trace
-from turnout.traces import format as fmt
+from turnout.traces import AvailabilityTrace, fedscale, load_trace, safe_npz, save_trace
 from turnout.traces.fedscale import behavior_from_dict, capacity_from_dict, safe_unpickle
 from turnout.traces.format import TraceError, TraceFileError
 
@@ -245,7 +244,7 @@ def test_declared_shape_beyond_the_member_is_refused_before_allocating(tmp_path)
 
 
 def test_zip_bomb_is_refused_from_the_directory(tmp_path, monkeypatch):
-    monkeypatch.setattr(fmt, "_memory_available", lambda: 4 << 30)
+    monkeypatch.setattr(safe_npz, "_memory_available", lambda: 4 << 30)
     msg = refused(zip_bomb(tmp_path), "declares 10.7 GB of uncompressed arrays", "4.29 GB of memory available",
                   "free memory or use a smaller trace")
     assert "1.43 GB" in msg  # a third of the memory
@@ -253,7 +252,7 @@ def test_zip_bomb_is_refused_from_the_directory(tmp_path, monkeypatch):
 
 def test_bomb_with_inconsistent_headers_is_refused_before_decompressing(tmp_path, monkeypatch):
     """Even where memory would allow it, the headers are checked against each other first."""
-    monkeypatch.setattr(fmt, "_memory_available", lambda: 1 << 50)
+    monkeypatch.setattr(safe_npz, "_memory_available", lambda: 1 << 50)
     refused(zip_bomb(tmp_path, consistent=False), "arrays 'start_s' (671088640) and 'end_s' (3) differ in length")
 
 
@@ -282,7 +281,7 @@ def test_members_that_are_not_npy_and_bad_format_version(tmp_path):
 
 
 def test_object_dtype_is_refused_from_the_header(tmp_path, monkeypatch):
-    monkeypatch.setattr(fmt, "_npy_data", None)  # never reached
+    monkeypatch.setattr(safe_npz, "_npy_data", None)  # never reached
     refused(object_array(tmp_path), "holds object arrays that need pickle")
 
 
@@ -326,7 +325,7 @@ def test_valid_files_read_exactly_as_np_load_reads_them(tmp_path, writer):
         with zipfile.ZipFile(p, "w") as z:
             for k, v in arrays.items():
                 z.writestr(k, npy(v))
-    got = fmt._read_arrays(p)
+    got = safe_npz.read_arrays(p)
     with np.load(p, allow_pickle=False) as z:
         want = {k: z[k] for k in z.files}
     assert sorted(got) == sorted(want)

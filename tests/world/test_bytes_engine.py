@@ -6,7 +6,7 @@ import torch
 from turnout.algorithms.base import Algorithm
 from turnout.compressors.base import sparse_bytes
 from turnout.compressors.none import NoCompression
-from turnout.core.records import Cohort
+from turnout.core.records import Cohort, SentStep
 from turnout.selectors.base import Selector
 
 RAW = {"name": "bytes", "rounds": 6, "data": {"name": "synthetic", "num_clients": 8}, "model": {"name": "logreg"},
@@ -23,7 +23,6 @@ class HandUpdates(Algorithm):
     """Server rule that changes exactly SUPPORTS[round] (ignores the clients' reports)."""
 
     Config = None
-    sparse_steps = True  # a structural mask: the ledger counts the values it changed
 
     def aggregate(self, round, global_params, reports):
         out = global_params.clone()
@@ -57,11 +56,18 @@ class PricingSpy(NoCompression):
         return super().download_bytes(lacking)
 
 
+class SparseSpy(PricingSpy):
+    """A downlink that sends only the coordinates the step moves: its support comes back with the step."""
+
+    def server_update(self, round, update):
+        return SentStep(update, update != 0)
+
+
 def run(build_simulation):
     sim = build_simulation(RAW, components={
         "algorithm": lambda ctx: HandUpdates(None, ctx.algorithm_context),
         "selector": lambda ctx: Schedule(None, ctx.world),
-        "compressor": lambda ctx: PricingSpy(ctx.exp["compressor"].cfg, ctx.dim, 0, ctx.store)})
+        "compressor": lambda ctx: SparseSpy(ctx.exp["compressor"].cfg, ctx.dim, 0, ctx.store)})
     res = sim.run()
     return sim, res, sim.compressor.downloads
 
@@ -85,17 +91,11 @@ def test_stale_client_downloads_union_of_missed_supports(build_simulation):
     assert [r["coords_changed"] for r in res.rounds] == [len(SUPPORTS[r]) for r in range(6)]
 
 
-class DenseHandUpdates(HandUpdates):
-    """The same steps from a rule that does not declare them sparse by construction."""
-
-    sparse_steps = False
-
-
-def test_a_rule_without_sparse_steps_changes_every_coordinate_in_a_round_that_moves(build_simulation):
+def test_a_dense_downlink_changes_every_coordinate_in_a_round_that_moves(build_simulation):
     """A trained step's zeros hinge on last digits (a ReLU, a sum rounding back), so they are not counted on;
     every coordinate changes in a round that moves the model (docs/determinism.md)."""
     sim = build_simulation(RAW, components={
-        "algorithm": lambda ctx: DenseHandUpdates(None, ctx.algorithm_context),
+        "algorithm": lambda ctx: HandUpdates(None, ctx.algorithm_context),
         "selector": lambda ctx: Schedule(None, ctx.world),
         "compressor": lambda ctx: PricingSpy(ctx.exp["compressor"].cfg, ctx.dim, 0, ctx.store)})
     res = sim.run()

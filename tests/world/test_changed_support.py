@@ -26,11 +26,11 @@ def test_a_round_that_does_not_move_the_model_changes_nothing():
 
 def test_a_sparse_step_changes_what_the_compressor_sent():
     c = TopK(TopK.Config(ratio=0.5), dim=4, seed=0)
-    sent = torch.tensor([0.0, 0.25, 0.0, -1.0])
-    assert c.sent_support(sent).tolist() == [False, True, False, True]
+    step = c.server_update(2, torch.tensor([0.0, 0.25, 0.0, -1.0]))  # the support comes back with the step
+    assert step.support.tolist() == [False, True, False, True]
     ledger = CoordinateLedger(4, max_rounds=5)
     old = torch.ones(4)
-    assert record_step(ledger, 2, old + sent, old, c.sent_support(sent)) == 2
+    assert record_step(ledger, 2, old + step.sent, old, step.support) == 2
     assert ledger.last_change().tolist() == [INITIAL, 2, INITIAL, 2]
 
 

@@ -55,8 +55,8 @@ from ..config.limits import MAX_ROUNDS
 from ..core import rng as rngmod
 from ..core.capabilities import UploadKind, WorldNeed
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
-from .fedavg import ServerLRConfig
 from .ou_estimator import OUEstimator
+from .server_step import ServerLRConfig
 
 
 class AdaptiveOUConfig(ServerLRConfig):
@@ -173,7 +173,7 @@ class AdaptiveOU(Algorithm):
         return out
 
     # ---- server rule ------------------------------------------------------------------------
-    def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
+    def server_direction(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
         cfg = self.cfg
         if self.prev_params is not None:  # the pair (x_{t−1}, x_t): x_t as the engine holds it
             self.ou.update(self.prev_params, global_params)
@@ -223,7 +223,7 @@ class AdaptiveOU(Algorithm):
         self.full_uploads += sent
         self.nacks += int(nack.sum())
         self.last_metrics = {"ou_threshold": self.threshold, "n_full_uploads": sent, "n_nack": int(nack.sum())}
-        return global_params + cfg.server_lr_at(round) * update
+        return update
 
     def round_metrics(self) -> dict[str, object]:
         """Extra columns for the round's row: threshold, full uploads, NACKs."""

@@ -9,7 +9,7 @@ same rule. The server rule sees every report of a round as one batch
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import ABC
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -24,6 +24,7 @@ from ..core.registry import Registry
 from ..core.state import Stateful
 from ..training.local_sgd import LocalObjective
 from ..world.state_store import ClientStateStore
+from .server_step import Direction, ServerStep, ServerStepConfig, ServerStepOption
 
 ALGORITHMS: Registry = Registry("algorithm", "client rule + server rule + their state")
 
@@ -58,7 +59,8 @@ class AlgorithmContext:
 
 
 class Algorithm(Stateful, Deployable, ABC):
-    """Client rule + server rule. Subclasses implement :meth:`aggregate`; the client hooks default to FedAvg's.
+    """Client rule + server rule. Subclasses implement :meth:`server_direction` (the shared server step applies
+    it) or, to set the model outright, :meth:`aggregate`; the client hooks default to FedAvg's.
 
     Server-side state (moments, memories' running sums, counters) is declared in ``state_attrs``;
     model-sized per-client state lives in the client-state store, which is checkpointed with the run.
@@ -79,10 +81,6 @@ class Algorithm(Stateful, Deployable, ABC):
     own_compression: ClassVar[str] = ""
     #: rules that recover gradients from the SGD end point need plain local SGD; validation enforces it.
     requires_plain_sgd: bool = False
-    #: the rule changes only some coordinates *by construction* (a structural mask, never trained values), so the
-    #: download ledger counts the coordinates whose value changed; otherwise a step that moves the model counts
-    #: as changing every coordinate, as a server broadcasting its model sends (docs/determinism.md)
-    sparse_steps: bool = False
     #: why the rule's wire traffic depends on update values (Adaptive-OU's NACKs); empty: it runs in the
     #: system-only mode (``--no-train``), where every aggregation is taken to change every coordinate
     needs_training: str = ""
@@ -109,9 +107,14 @@ class Algorithm(Stateful, Deployable, ABC):
     dp_unsound: ClassVar[str] = "reads each report itself, not only their weighted mean, so noise on the clipped sum " \
                                 "would not reach its step"
 
+    state_attrs = ("server_step",)
+
     def __init__(self, cfg: BaseModel, ctx: AlgorithmContext):
         self.cfg = cfg
         self.ctx = ctx
+        #: how the rule's direction becomes the next model (:mod:`turnout.algorithms.server_step`): the config's
+        #: ``server_step`` option, or plain SGD with η_g = 1 for a config without one (a plugin's own options)
+        self.server_step = ServerStep(cfg.step_config() if isinstance(cfg, ServerStepOption) else ServerStepConfig())
 
     @classmethod
     def upload_kind(cls, cfg: BaseModel) -> UploadKind:
@@ -152,9 +155,17 @@ class Algorithm(Stateful, Deployable, ABC):
         return default_bytes
 
     # ---- server rule ------------------------------------------------------------------------
-    @abstractmethod
+    def server_direction(self, round: int, global_params: torch.Tensor,
+                         reports: Reports) -> Direction | torch.Tensor | None:
+        """Where this round's reports (which may be empty) move the model: a direction (a pseudo-gradient pointing
+        downhill, e.g. the weighted mean of the deltas) that :attr:`server_step` applies, or ``None`` to leave the
+        model and the step's state as they are. A rule implements this, or :meth:`aggregate` to set the model
+        outright (FedAsync's mixing)."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither server_direction nor aggregate")
+
     def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
-        """The next global model from this round's reports (which may be empty)."""
+        """The next global model from this round's reports: the rule's direction, applied by the server step."""
+        return self.server_step.apply(round, global_params, self.server_direction(round, global_params, reports))
 
     def eval_params(self, global_params: torch.Tensor) -> torch.Tensor:
         """The model that is evaluated (FedAWE evaluates the clients' average). Default: the global model."""

@@ -31,7 +31,7 @@ from pydantic import Field
 
 from ..config.limits import MAX_ROUNDS
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
-from .fedavg import ServerLRConfig
+from .server_step import ServerLRConfig
 
 
 class FedAUConfig(ServerLRConfig):
@@ -64,7 +64,7 @@ class FedAU(Algorithm):
         cnt = self.interval_count[clients]
         return np.divide(self.interval_sum[clients], cnt, out=np.ones(len(clients)), where=cnt > 0)
 
-    def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
+    def server_direction(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor | None:
         clients = np.asarray(reports.clients, dtype=np.int64)
         omega = self.weights(clients)
         self.last_weights = omega
@@ -81,7 +81,7 @@ class FedAU(Algorithm):
             self.interval_count[cut] += 1
             self.absent[cut] = 0
         if len(clients) == 0:
-            return global_params
+            return None
         w = torch.as_tensor(omega / self.num_clients, dtype=reports.updates.dtype)
-        return global_params + self.cfg.server_lr_at(round) * (w @ reports.updates)
+        return w @ reports.updates
 

@@ -39,7 +39,7 @@ import torch
 from pydantic import Field
 
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
-from .fedavg import ServerLRConfig
+from .server_step import Direction, ServerLRConfig
 
 SLOT = "fedawe/x_hat"
 
@@ -93,14 +93,14 @@ copies' mean."""
         return self.copies(np.array([client]))[0].to(global_params.dtype)
 
     # ---- server rule ----------------------------------------------------------------------------
-    def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
+    def server_direction(self, round: int, global_params: torch.Tensor, reports: Reports) -> Direction | None:
         self._sync(global_params)
         clients = np.asarray(reports.clients, dtype=np.int64)
         echo = self.echo[clients].copy()
         self.echo += 1
         self.echo[clients] = 1
         if len(clients) == 0:
-            return global_params
+            return None
         k = len(clients)
         base = self.copies(clients).sum(0, dtype=torch.float64) / k
         e = torch.as_tensor(echo, dtype=reports.updates.dtype)
@@ -110,7 +110,7 @@ copies' mean."""
             if norm > self.cfg.clip:
                 echoed = echoed * (self.cfg.clip / norm)
         self.pending = clients
-        return (base + self.cfg.server_lr_at(round) * echoed).to(global_params.dtype)
+        return Direction(echoed, base=base)  # the step moves the copies' mean, not the global model
 
     # ---- evaluation -----------------------------------------------------------------------------
     def eval_params(self, global_params: torch.Tensor) -> torch.Tensor:

@@ -9,40 +9,32 @@ weights ``v_i`` (uniform in FedBuff) that is
 
 — the staleness weights ``s`` (:mod:`turnout.algorithms.staleness`) are not renormalised, so a stale
 buffer moves the model less. The server step on ``Δ̄`` is any of turnout's: ``x ← x + η_g Δ̄`` with
-optional server momentum (FedAvgM), or FedAdam / FedYogi (``server_optimizer``). With every τ = 0 and
+optional server momentum (FedAvgM), or FedAdam / FedYogi (``server_optimizer``), the old spellings of
+``server_step`` (:mod:`turnout.algorithms.server_step`). With every τ = 0 and
 ``s(0) = 1`` the rule is FedAvg's, bit for bit. ``max_staleness`` drops older reports on arrival (their
 work counts as wasted).
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import FedAvgConfig
-from .server_optim import AdaptiveStep
-from .stale_aware import StaleServerOptimizer
+from .server_step import ServerOptimizerOption
 from .staleness import MaxStaleness, StalenessConfig, TakesStaleReports, staleness_weights
 
 
-class FedBuffConfig(FedAvgConfig, MaxStaleness):
+class FedBuffConfig(ServerOptimizerOption, FedAvgConfig, MaxStaleness):
+    legacy_step_keys: ClassVar[tuple[str, ...]] = (*FedAvgConfig.legacy_step_keys, "server_optimizer")
+
     staleness: StalenessConfig = Field(default_factory=StalenessConfig,
                                        description="s(τ): {rule: constant | polynomial | hinge | refl, a, b, beta}; "
                                                    "default polynomial with a = 0.5 (1/√(1+τ), FedBuff)")
-    server_optimizer: StaleServerOptimizer = Field(
-        default_factory=StaleServerOptimizer,
-        description="server step on the buffer's mean: {name: none | adam | yogi, server_lr, beta1, beta2, tau, init}; "
-                    "none: x ← x + server_lr · mean (with server_momentum)")
-
-    @model_validator(mode="after")
-    def _one_step_size(self):
-        if self.server_optimizer.name != "none" and (self.server_lr != 1.0 or self.server_lr_decay != 1.0
-                                                     or self.server_momentum != 0.0):
-            raise ValueError("with a server_optimizer the step is server_optimizer's: leave server_lr and "
-                             "server_lr_decay at 1 and server_momentum at 0")
-        return self
 
 
 @ALGORITHMS.register("fedbuff")
@@ -50,16 +42,11 @@ class FedBuff(TakesStaleReports, Algorithm):
     """FedBuff: the staleness-weighted mean of a buffer of K reports, then one server step (SGD, Adam or Yogi)."""
 
     Config = FedBuffConfig
-    state_attrs = ("momentum_buf", "opt")
     scratch_attrs = ("last_weight_mean",)
 
     def __init__(self, cfg: FedBuffConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
-        self.momentum_buf: torch.Tensor | None = None
-        opt = cfg.server_optimizer
-        self.opt = AdaptiveStep(opt, opt.name) if opt.name != "none" else None
         self.last_weight_mean = float("nan")
-
 
     def buffer_mean(self, reports: Reports) -> torch.Tensor:
         """Σ (v_i/Σv) s(τ_i) Δ_i, with FedAvg's arithmetic (so that s ≡ 1 gives FedAvg's mean bit for bit)."""
@@ -75,18 +62,11 @@ class FedBuff(TakesStaleReports, Algorithm):
             w = w * torch.as_tensor(s, dtype=u.dtype)
         return (w.to(u.device) @ u).cpu()
 
-    def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
+    def server_direction(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor | None:
         self.last_weight_mean = float("nan")
-        if len(reports) == 0:  # nothing arrived: neither the model nor the server optimiser moves
-            return global_params.clone()
-        update = self.buffer_mean(reports).to(global_params.dtype)
-        if self.opt is not None:
-            return global_params + self.opt.step(round, update)
-        if self.cfg.server_momentum:
-            self.momentum_buf = (update if self.momentum_buf is None
-                                 else self.cfg.server_momentum * self.momentum_buf + update)
-            update = self.momentum_buf
-        return global_params + self.cfg.server_lr_at(round) * update
+        if len(reports) == 0:  # nothing arrived: neither the model nor the server step moves
+            return None
+        return self.buffer_mean(reports).to(global_params.dtype)
 
     def round_metrics(self) -> dict[str, object]:
         """The mean staleness weight s(τ) of the round's buffer."""

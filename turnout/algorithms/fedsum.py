@@ -55,18 +55,25 @@ from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ..core.capabilities import UploadKind
 from ..training.local_sgd import LocalObjective
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
-from .fedavg import ServerLRConfig
+from .server_step import Direction, ServerLRConfig
 
 Y_SLOT = "fedsum_y"
 XTILDE_SLOT = "fedsum_cr_xtilde"
 
 
 class FedSUMBConfig(ServerLRConfig):
+    @model_validator(mode="after")
+    def _plain_step(self):
+        if not self.step_config().plain:
+            raise ValueError("server_step: FedSUM-CR's clients invert x ← x − γ_t y, so the FedSUM family takes "
+                             "plain SGD only (name: sgd, momentum 0)")
+        return self
+
     weighting: Literal["uniform", "n_samples"] = Field(
         "uniform", description="p_i of the merge y ← y + Σ p_i Δ_i: uniform 1/n (seed eq. (1)) or n_i/Σn")
     step_when_empty: bool = Field(
@@ -113,14 +120,14 @@ class _SUM(Algorithm):
             self.k_mean = float(np.mean(steps))
 
     def gamma(self) -> float:
-        """γ_t = η_g · η_t · K for the current round."""
-        return self.cfg.server_lr_at(self.round) * self.lr * self.k_mean
+        """γ_t = η_g · η_t · K for the current round (η_g from the server step's schedule)."""
+        return self.server_step.lr_at(self.round) * self.lr * self.k_mean
 
     def _trains(self, client: int) -> bool:
         return self.steps.get(client, 0) > 0 and int(self.ctx.n_train[client]) > 0 and self.lr > 0
 
     # ---- server side ----------------------------------------------------------------------
-    def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
+    def server_direction(self, round: int, global_params: torch.Tensor, reports: Reports) -> Direction | None:
         if len(reports):
             ups = reports.updates.to(self.y.dtype)
             p = torch.as_tensor(self.p[reports.clients], dtype=self.y.dtype)
@@ -130,7 +137,7 @@ class _SUM(Algorithm):
         gamma = self.gamma() if step else 0.0
         self.gammas.append(gamma)
         self.after_step(round, global_params)
-        return global_params - gamma * self.y if step else global_params.clone()
+        return Direction(-self.y, lr=gamma) if step else None  # x − γ_t y, exactly
 
     def after_step(self, round: int, global_params: torch.Tensor) -> None:
         """Variant-specific bookkeeping once the round's step is known (a hook of this family: FedSUM-CR)."""
@@ -233,10 +240,10 @@ receives."""
         ybar[torch.from_numpy(big_gamma <= 0)] = 0.0  # no step since it last received: nothing to infer
         return ybar
 
-    def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
+    def server_direction(self, round: int, global_params: torch.Tensor, reports: Reports) -> Direction | None:
         if self.x0 is None:
             self.x0 = global_params.detach().clone()  # x^{−1} := x^0 for clients never selected
-        return super().aggregate(round, global_params, reports)
+        return super().server_direction(round, global_params, reports)
 
     def after_step(self, round: int, global_params: torch.Tensor) -> None:
         if len(self.cohort):  # every launched client received x^t

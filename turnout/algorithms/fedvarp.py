@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
-from .fedavg import ServerLRConfig
+from .server_step import ServerLRConfig
 from .update_memory import UpdateMemory
 
 SLOT = "fedvarp/y_i"
@@ -46,11 +46,11 @@ class FedVARP(Algorithm):
         self.num_clients = int(ctx.num_clients)
         self.memory = UpdateMemory(ctx.state_store(), SLOT, ctx.dim)  # y_i and Σ_i y_i
 
-    def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
+    def server_direction(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor | None:
         if len(reports) == 0:
-            return global_params
+            return None
         before = self.memory.sum / self.num_clients  # the memory's mean before this round's reports
         corr = self.memory.replace(reports.clients, reports.updates)
         d = before + corr / len(reports)
-        return global_params + self.cfg.server_lr_at(round) * d.to(global_params.dtype)
+        return d.to(global_params.dtype)
 

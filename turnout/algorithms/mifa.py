@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
-from .fedavg import ServerLRConfig
+from .server_step import ServerLRConfig
 from .update_memory import UpdateMemory
 
 SLOT = "mifa/G_i"
@@ -46,9 +46,8 @@ class MIFA(Algorithm):
         self.num_clients = int(ctx.num_clients)
         self.memory = UpdateMemory(ctx.state_store(), SLOT, ctx.dim)  # G_i and Σ_i G_i
 
-    def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
+    def server_direction(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
         if len(reports):
             self.memory.replace(reports.clients, reports.updates)
-        d = (self.memory.sum / self.num_clients).to(global_params.dtype)
-        return global_params + self.cfg.server_lr_at(round) * d
+        return (self.memory.sum / self.num_clients).to(global_params.dtype)
 

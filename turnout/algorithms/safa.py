@@ -43,7 +43,7 @@ from pydantic import Field
 
 from ..config.limits import MAX_ROUNDS
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
-from .fedavg import ServerLRConfig
+from .server_step import ServerLRConfig
 
 CACHE_SLOT = "safa_cache"
 
@@ -100,10 +100,10 @@ client models."""
         self.store.put(CACHE_SLOT, clients, models)
         self.version[clients] = versions
 
-    def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
+    def server_direction(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
         cfg = self.cfg
         if cfg.aggregation == "fedavg":
-            return global_params + cfg.server_lr_at(round) * reports.weighted_mean().to(global_params.dtype)
+            return reports.weighted_mean().to(global_params.dtype)
         if self.x0 is None:
             self.x0 = global_params.detach().clone()
             self.cache_sum = self.x0.double() * float(self.p.sum())
@@ -129,7 +129,7 @@ client models."""
             models = base + reports.updates[torch.from_numpy(idx)].to(base.dtype)
             self._replace(reports.clients[idx], models, origins)
         target = (self.cache_sum / float(self.p.sum())).to(global_params.dtype)
-        return global_params + cfg.server_lr_at(round) * (target - global_params)
+        return target - global_params  # η_g = 1 (the default) moves the model to the cache's average
 
     def round_metrics(self) -> dict[str, object]:
         """Extra row columns: cache entries force-synced this round."""

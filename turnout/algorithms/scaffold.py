@@ -43,7 +43,7 @@ from pydantic import Field
 from ..core.capabilities import UploadKind
 from ..training.local_sgd import LocalObjective
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
-from .fedavg import ServerLRConfig
+from .server_step import ServerLRConfig
 
 SLOT = "scaffold/c_i"
 
@@ -108,9 +108,9 @@ class Scaffold(Algorithm):
         return (-self.c - dy.double() / k_eta).to(dy.dtype)  # δ_i = Δc_i = ḡ_i − c_i
 
     # ---- server rule -----------------------------------------------------------------------------
-    def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
+    def server_direction(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor | None:
         if len(reports) == 0:
-            return global_params
+            return None
         u = reports.updates
         c = self.c.to(u.dtype)[None, :]
         k_eta = self._k_eta(reports.clients).to(u.dtype)[:, None]
@@ -121,8 +121,7 @@ class Scaffold(Algorithm):
             dy, dc = -k_eta * (u + c), u
         step = Reports(reports.clients, dy, reports.weights, reports.normalize, reports.n_samples, reports.losses,
                        reports.staleness).weighted_mean()
-        new = global_params + self.cfg.server_lr_at(round) * step
         self.store.put(SLOT, reports.clients, self.store.get(SLOT, reports.clients) + dc)
         self.c = self.c + dc.sum(0).double() / self.num_clients
-        return new
+        return step
 

@@ -20,86 +20,45 @@ decay). Initialisation, ``init``:
 
 A round with no reports changes nothing: neither the model nor the moments (our choice; Δ = 0
 would otherwise keep moving the model along the decaying momentum).
+
+The step is the shared one (:mod:`turnout.algorithms.server_step`): FedAdam / FedYogi are FedAvg's rule with
+its flat options (``server_lr``, ``beta1``, ...) read as ``server_step: {name: adam | yogi, ...}``; every other
+rule takes the same step through its own ``server_step`` option.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
-from pydantic import Field
 
-from ..config.limits import MAX_SCALE, MAX_SERVER_LR
-from ..core.state import Stateful
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
-from .fedavg import ServerLRConfig
+from .server_step import AdaptiveServerConfig, ServerStep
 
-
-class AdaptiveServerConfig(ServerLRConfig):
-    server_lr: float = Field(1e-2, gt=0.0, le=MAX_SERVER_LR,
-                             description=f"η_g of the adaptive server step (at most {MAX_SERVER_LR:g})")
-    beta1: float = Field(0.9, ge=0.0, lt=1.0, description="β₁: decay of the first moment m")
-    beta2: float = Field(0.99, ge=0.0, lt=1.0, description="β₂: decay of the second moment v")
-    tau: float = Field(1e-3, gt=0.0, le=MAX_SCALE, description="τ: adaptivity floor in m / (√v + τ)")
-    init: Literal["reddi", "fedscale"] = Field(
-        "reddi",
-        description="reddi: m = 0, v = τ²; fedscale: the first round's Δ sets m = Δ, v = Δ² and is applied as is")
-
-
-class AdaptiveStep(Stateful):
-    """Adam or Yogi moments over the server's pseudo-gradient; any server rule can apply it to its aggregate.
-
-    ``step(round, delta)`` returns the increment to add to the model (REFL, for instance, applies
-    YoGi to its staleness-weighted aggregate).
-    """
-
-    state_attrs = ("m", "v")
-
-    def __init__(self, cfg: AdaptiveServerConfig, rule: Literal["adam", "yogi"]):
-        self.cfg, self.rule = cfg, rule
-        self.m: torch.Tensor | None = None
-        self.v: torch.Tensor | None = None
-
-    def step(self, round: int, delta: torch.Tensor) -> torch.Tensor:
-        cfg = self.cfg
-        d2 = delta * delta
-        if self.m is None:
-            if cfg.init == "fedscale":
-                self.m, self.v = delta.clone(), d2.clone()
-                return delta
-            self.m = torch.zeros_like(delta)
-            self.v = torch.full_like(delta, cfg.tau * cfg.tau)
-        self.m = cfg.beta1 * self.m + (1.0 - cfg.beta1) * delta
-        if self.rule == "adam":
-            self.v = cfg.beta2 * self.v + (1.0 - cfg.beta2) * d2
-        else:
-            self.v = self.v - (1.0 - cfg.beta2) * d2 * torch.sign(self.v - d2)
-        return cfg.server_lr_at(round) * self.m / (torch.sqrt(self.v) + cfg.tau)
+__all__ = ["AdaptiveServerConfig", "FedAdam", "FedYogi"]
 
 
 class _AdaptiveServer(Algorithm):
     Config = AdaptiveServerConfig
-    rule: Literal["adam", "yogi"]
-    state_attrs = ("opt",)
+    rule: ClassVar[Literal["adam", "yogi"]]
     sums_reports = True  # FedAvg's model deltas, read through Reports.weighted_mean() alone
     dp_unsound = ""  # an optimizer step on the weighted mean of client deltas (post-processing of the noised sum)
 
     def __init__(self, cfg: AdaptiveServerConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
-        self.opt = AdaptiveStep(cfg, self.rule)
+        self.server_step = ServerStep(cfg.server_step or cfg.adaptive(self.rule))  # the flat options: this rule's
 
     @property
     def m(self) -> torch.Tensor | None:
-        return self.opt.m
+        return self.server_step.m
 
     @property
     def v(self) -> torch.Tensor | None:
-        return self.opt.v
+        return self.server_step.v
 
-    def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
-        if len(reports) == 0:
-            return global_params
-        return global_params + self.opt.step(round, reports.weighted_mean())
+    def server_direction(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor | None:
+        return reports.weighted_mean() if len(reports) else None
+
 
 @ALGORITHMS.register("fedadam")
 class FedAdam(_AdaptiveServer):

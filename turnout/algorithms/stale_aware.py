@@ -38,39 +38,37 @@ Choices:
 * ``adapt_scale_coff`` (accuracy-driven adaptation of c) is not implemented: the server rule does not
   see accuracy.
 * ``server_optimizer: {name: yogi, ...}`` applies REFL's YoGi (or Adam) server step
-  (:class:`~turnout.algorithms.server_optim.AdaptiveStep`) to the staleness-weighted aggregate instead of
+  (:mod:`turnout.algorithms.server_step`) to the staleness-weighted aggregate instead of
   ``η_g ·`` aggregate: ``x_{t+1} = x_t + step(Σ w u)`` (REFL §5.1 uses YoGi for every benchmark but CIFAR-10).
-  Its own ``server_lr`` is the step size; the rule's ``server_lr`` must then stay 1. Default ``none``.
+  Its own ``server_lr`` is the step size; the rule's ``server_lr`` must then stay 1. Default ``none``. It is the
+  old spelling of ``server_step: {name: yogi, lr: ..., init: fedscale, ...}``, which any rule takes.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import numpy as np
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from ..config.limits import MAX_ROUNDS, MAX_SCALE
 from ..core.state import Stateful
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
-from .fedavg import ServerLRConfig
-from .server_optim import AdaptiveServerConfig, AdaptiveStep
+from .server_step import ServerLRConfig, ServerOptimizer, ServerOptimizerOption
 
 #: ``max_staleness`` used when there is no bound (the engine compares ``round − origin ≤ max_staleness``).
 UNBOUNDED = 2**62
 
 
-class StaleServerOptimizer(AdaptiveServerConfig):
-    """The adaptive server step applied to the stale-aware aggregate (``name: none`` = plain ``η_g`` step)."""
-
-    name: Literal["none", "adam", "yogi"] = Field(
-        "none", description="none: x ← x + η_g·aggregate; yogi / adam: the FedYogi / FedAdam server step on the "
-                            "aggregate (REFL: yogi with init fedscale, server_lr 3e-3, tau 1e-8, beta2 0.99)")
+#: the old name of the ``server_optimizer`` block
+StaleServerOptimizer = ServerOptimizer
 
 
-class StaleAwareConfig(ServerLRConfig):
+class StaleAwareConfig(ServerOptimizerOption, ServerLRConfig):
+    legacy_step_keys: ClassVar[tuple[str, ...]] = (*ServerLRConfig.legacy_step_keys, "server_optimizer")
+
     rule: Literal["refl", "equal", "dynsgd", "adasgd", "average"] = Field(
         "refl", description="staleness weight of a stale report: refl (deviation boost Λ_s), equal (1), dynsgd "
                             "(1/(τ+1)), adasgd (e^{−(τ+1)}), average (1/mean(τ+1))")
@@ -86,17 +84,6 @@ class StaleAwareConfig(ServerLRConfig):
     combine: Literal["deltas", "models"] = Field(
         "deltas", description="deltas: stale deltas applied to the current model (paper); models: average full "
                               "local models x_origin + Δ (REFL code's send_delta = 0)")
-    server_optimizer: StaleServerOptimizer = Field(
-        default_factory=StaleServerOptimizer,
-        description="adaptive server step on the aggregate: {name: none | yogi | adam, server_lr, beta1, beta2, tau, "
-                    "init}; default none")
-
-    @model_validator(mode="after")
-    def _one_step_size(self):
-        if self.server_optimizer.name != "none" and (self.server_lr != 1.0 or self.server_lr_decay != 1.0):
-            raise ValueError("with a server_optimizer the step size is server_optimizer.server_lr; leave "
-                             "server_lr and server_lr_decay at 1")
-        return self
 
 
 def staleness_factors(rule: str, staleness: np.ndarray, deviation: np.ndarray | None = None, beta: float = 0.35,
@@ -156,15 +143,13 @@ class StaleAware(Algorithm):
 
     Config = StaleAwareConfig
 
-    state_attrs = ("pending", "history", "opt")
+    state_attrs = ("pending", "history")
     scratch_attrs = ("last_stale_factor_mean", "last_deviation")
 
     def __init__(self, cfg: StaleAwareConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)
         self.pending = _Pending(ctx.dim)
         self.history: dict[int, torch.Tensor] = {}  # origin round → model (combine: models)
-        opt = cfg.server_optimizer
-        self.opt = AdaptiveStep(opt, opt.name) if opt.name != "none" else None
         self.last_stale_factor_mean = math.nan
         self.last_deviation = np.zeros(0)
 
@@ -220,7 +205,7 @@ class StaleAware(Algorithm):
                                          self.cfg.scale_coff)
         return f
 
-    def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
+    def server_direction(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor | None:
         cfg = self.cfg
         if cfg.combine == "models":
             self.history[round] = global_params.detach().clone()
@@ -234,7 +219,7 @@ class StaleAware(Algorithm):
         k = len(reports)
         self.last_stale_factor_mean = math.nan
         if k == 0:
-            return global_params.clone()
+            return None
         u = reports.updates.to(global_params.dtype)
         if cfg.combine == "models":  # full local models built on each report's origin model
             base = torch.stack([self.history.get(int(o), global_params) for o in origins])
@@ -250,9 +235,7 @@ class StaleAware(Algorithm):
         agg = torch.as_tensor(w, dtype=u.dtype) @ u
         if cfg.combine == "models":
             agg = agg - (global_params if reports.normalize else float(w.sum()) * global_params)
-        if self.opt is not None:
-            return global_params + self.opt.step(round, agg)
-        return global_params + cfg.server_lr_at(round) * agg
+        return agg
 
     def round_metrics(self) -> dict[str, object]:
         """Extra row columns: mean staleness factor of the stale reports."""

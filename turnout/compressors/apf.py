@@ -12,6 +12,7 @@ from pydantic import Field
 from ..config.base import StrictModel
 from ..config.limits import MAX_ROUNDS, MAX_SCALE
 from ..core.capabilities import UploadKind
+from ..core.records import SentStep
 from .base import COMPRESSORS, VALUE_BYTES, Compressor, sparse_bytes
 from .sparse import ACCOUNTING_HELP, code_download_bytes, index_bytes
 
@@ -46,7 +47,6 @@ class APF(Compressor):
 
     accepts = frozenset({UploadKind.MODEL_DELTA})
     state_attrs = ("active", "ema_g", "ema_abs", "freeze_len", "unfreeze_at")
-    scratch_attrs = ("_sent_mask",)  # the active set server_update applied, read once by sent_support
 
     def __init__(self, cfg: Config, dim: int, seed: int, store=None, layout=None):
         super().__init__(cfg, dim, seed, store)
@@ -78,9 +78,9 @@ class APF(Compressor):
             decoded[bad] = updates[bad]
         return decoded, np.full(k, size, dtype=np.int64)
 
-    def server_update(self, round: int, update: torch.Tensor) -> torch.Tensor:
+    def server_update(self, round: int, update: torch.Tensor) -> SentStep:
         sent = torch.where(self.active, update, torch.zeros_like(update))
-        self._sent_mask = self.active
+        support = self.active  # frozen coordinates are not sent, whatever the step held there
         cfg = self.cfg
         if (round + 1) % cfg.check_every == 0 and bool(torch.isfinite(sent).all()):
             r, f, a = float(round + 1), float(cfg.check_every), cfg.ema
@@ -94,11 +94,7 @@ class APF(Compressor):
             self.freeze_len[act & ~stable] /= 2.0
             self.unfreeze_at[act] = r + self.freeze_len[act]
             self.active = self.unfreeze_at < r + f
-        return sent
-
-    def sent_support(self, sent: torch.Tensor) -> torch.Tensor | None:
-        mask, self._sent_mask = getattr(self, "_sent_mask", None), None
-        return mask  # frozen coordinates are not sent, whatever the step held there
+        return SentStep(sent, support)
 
     def download_bytes(self, lacking: np.ndarray) -> np.ndarray:
         if self.cfg.accounting == "gluefl_code":

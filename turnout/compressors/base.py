@@ -15,15 +15,14 @@ import torch
 from pydantic import BaseModel
 
 from ..core.capabilities import Deployable, UploadKind, upload_kinds
-from ..core.records import Cohort
+from ..core.records import Cohort, SentStep
 from ..core.registry import Registry
 from ..core.state import Stateful
+from ..core.wire import INDEX_BYTES, VALUE_BYTES
 from ..world.state_store import ClientStateStore
 
 COMPRESSORS: Registry = Registry("compressor", "what goes on the wire up and down, with error feedback")
 
-VALUE_BYTES = 4
-INDEX_BYTES = 4
 
 
 def sparse_bytes(nnz: np.ndarray | int, dim: int, value_bytes: int = VALUE_BYTES) -> np.ndarray:
@@ -78,15 +77,10 @@ class Compressor(Stateful, Deployable, ABC):
         """What :meth:`encode_uploads` charges for ``count`` dense updates (the system-only mode's upload price)."""
         return np.full(count, self.dim * VALUE_BYTES, dtype=np.int64)
 
-    def server_update(self, round: int, update: torch.Tensor) -> torch.Tensor:
-        """Compress the server's model change before it is applied/broadcast. Default: unchanged."""
-        return update
-
-    def sent_support(self, sent: torch.Tensor) -> torch.Tensor | None:
-        """Which coordinates the server's step ``sent`` (what :meth:`server_update` returned) carries, for a
-        compressor that sparsifies uploads or the step; None: a dense step, which changes every coordinate when
-        it moves the model at all. The download ledger counts these (docs/determinism.md)."""
-        return None
+    def server_update(self, round: int, update: torch.Tensor) -> SentStep:
+        """Compress the server's model change before it is applied/broadcast, with the coordinates the sent step
+        carries (for a compressor that sparsifies uploads or the step). Default: unchanged and dense."""
+        return SentStep(update)
 
     def device_state(self, round: int) -> dict[str, torch.Tensor]:
         """Server-side state that round ``round``'s upload encoding reads (a shared mask, a frozen set).

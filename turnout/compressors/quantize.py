@@ -11,6 +11,7 @@ from pydantic import Field
 from ..config.base import StrictModel
 from ..core import rng as rngmod
 from ..core.capabilities import UploadKind
+from ..core.records import SentStep
 from .base import COMPRESSORS, Compressor
 from .sparse import Layout, index_bytes
 
@@ -99,14 +100,14 @@ class Quantize(Compressor):
         dec[bad] = updates[bad]
         return dec, np.full(k, size, dtype=np.int64)
 
-    def server_update(self, round: int, update: torch.Tensor) -> torch.Tensor:
-        if not self.cfg.downlink or not bool(torch.isfinite(update).all()):
-            return update
-        return quantize(update.unsqueeze(0), self._noise(DOWN_PURPOSE, round, [rngmod.NONE]), self.cfg.bits,
+    def server_update(self, round: int, update: torch.Tensor) -> SentStep:
+        if not self.cfg.downlink:
+            return SentStep(update)
+        if not bool(torch.isfinite(update).all()):
+            return SentStep(update, update != 0)
+        sent = quantize(update.unsqueeze(0), self._noise(DOWN_PURPOSE, round, [rngmod.NONE]), self.cfg.bits,
                         self.cfg.scheme, self.layout)[0]
-
-    def sent_support(self, sent: torch.Tensor) -> torch.Tensor | None:
-        return sent != 0 if self.cfg.downlink else None  # a coordinate quantised to zero is not sent
+        return SentStep(sent, sent != 0)  # a coordinate quantised to zero is not sent
 
     def download_bytes(self, lacking: np.ndarray) -> np.ndarray:
         lacking = np.asarray(lacking, dtype=np.int64)

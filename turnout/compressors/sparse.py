@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ..core.capabilities import UploadKind
-from ..core.records import Cohort
+from ..core.records import Cohort, SentStep
 from .base import INDEX_BYTES, VALUE_BYTES, Compressor, sparse_bytes
 
 Accounting = Literal["exact", "gluefl_code"]
@@ -302,7 +302,7 @@ class SparsifierBase(Compressor):
         return np.minimum(values + index_bytes(n_unique, dim), dim * VALUE_BYTES).astype(np.int64)
 
     # ---- server side -------------------------------------------------------------------------
-    def server_update(self, round: int, update: torch.Tensor) -> torch.Tensor:
+    def server_update(self, round: int, update: torch.Tensor) -> SentStep:
         u = update.to(torch.float32)
         if self.server_ec:
             u = u + self.server_residual
@@ -318,10 +318,8 @@ class SparsifierBase(Compressor):
             ks = self.layout.k_for(self.shared_ratio)
             self.shared_mask = topk_select(sent.unsqueeze(0), ks, self.layout)[0] & (sent != 0)
             self.mask_in_use = not self.regenerates(round + 1) and bool(self.shared_mask.any())
-        return sent.to(update.dtype)
-
-    def sent_support(self, sent: torch.Tensor) -> torch.Tensor | None:
-        return sent != 0  # sparse uploads (and the server's top-k, where set) make a sparse step
+        sent = sent.to(update.dtype)
+        return SentStep(sent, sent != 0)  # sparse uploads (and the server's top-k, where set) make a sparse step
 
     # ---- downloads ---------------------------------------------------------------------------
     def mask_broadcast_bytes(self) -> int:

@@ -195,6 +195,16 @@ class Reports:
 
 
 @dataclass(frozen=True)
+class SentStep:
+    """The server's step as broadcast (``sent``) and which coordinates it carries (``support``, a bool mask), from
+    a compressor's ``server_update``. ``support`` None: a dense step, which changes every coordinate when it moves
+    the model at all; the download ledger counts the support (docs/determinism.md)."""
+
+    sent: torch.Tensor
+    support: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
 class RoundClose:
     """The outcome of closing a round over the launched cohort (arrays aligned with the cohort).
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compressors.base import INDEX_BYTES, VALUE_BYTES
+from ..core.wire import INDEX_BYTES, VALUE_BYTES
 
 EMPTY, DENSE, INDICES, BITMAP, FULL = "empty", "dense", "indices", "bitmap", "full"
 

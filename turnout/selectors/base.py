@@ -70,9 +70,10 @@ class Selector(Stateful, Deployable, ABC):
     def num_clients(self) -> int:
         return self.world.num_clients
 
-    @abstractmethod
     def target(self) -> int:
-        """Reports wanted per round (K)."""
+        """Reports wanted per round (K): the config's ``clients_per_round`` (a selector that derives K otherwise,
+        GlueFL's sticky groups or SAFA's "everyone", overrides this)."""
+        return int(self.cfg.clients_per_round)
 
     @abstractmethod
     def select(self, ctx: SelectionContext) -> Cohort:

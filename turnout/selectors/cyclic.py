@@ -63,9 +63,6 @@ class _BlockSelector(Selector):
         super().__init__(cfg, world)
         self.epoch_length = math.ceil(self.num_clients / cfg.clients_per_round)
 
-    def target(self) -> int:
-        return self.cfg.clients_per_round
-
     @abstractmethod
     def order(self, epoch: int) -> np.ndarray:
         """The population's order in ``epoch``; consecutive blocks of ``clients_per_round`` are the rounds."""

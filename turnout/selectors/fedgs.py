@@ -194,9 +194,6 @@ class FedGS(Selector):
             return opt
         return graphmod.label_features(world.label_hist)
 
-    def target(self) -> int:
-        return self.cfg.clients_per_round
-
     @classmethod
     def needs_simulator(cls, cfg: Config) -> WorldNeed | None:
         if cfg.graph == "oracle":

@@ -62,9 +62,6 @@ class MDSelector(Selector):
                               "(FedGS MDSample); false: absolute weight draws / number of draws (a lost report "
                               "shrinks the update)")
 
-    def target(self) -> int:
-        return self.cfg.clients_per_round
-
     def select(self, ctx: SelectionContext) -> Cohort:
         avail = np.asarray(ctx.available, dtype=np.int64)
         k = self.cfg.clients_per_round

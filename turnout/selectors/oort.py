@@ -173,9 +173,6 @@ class OortSelector(Selector):
         self.selections = np.int64(0)  # select() calls (FedScale's client-manager count)
         self.oort_calls = np.int64(0)  # of which Oort ran: Oort's round counter T
 
-    def target(self) -> int:
-        return self.cfg.clients_per_round
-
     # ------------------------------------------------------------------------------------------
     def pacer(self, t: int) -> None:
         """Record last round's exploitation utility; every ``pacer_step`` rounds adapt the threshold."""

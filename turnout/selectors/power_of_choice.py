@@ -171,9 +171,6 @@ class PowerOfChoiceSelector(Selector):
         self.keep = cfg.keep if cfg.keep is not None else math.ceil(cfg.clients_per_round / 2)
         self.weighting = cfg.weighting or ("n_samples" if cfg.variant == "adaptive_ou" else "equal")
 
-    def target(self) -> int:
-        return self.cfg.clients_per_round
-
     @classmethod
     def needs_simulator(cls, cfg: Config) -> WorldNeed | None:
         why = "probes losses by evaluating the clients' training data on the server"

@@ -132,9 +132,6 @@ class REFLSelector(Selector):
         self.last_ready = 0
         self.last_target = cfg.clients_per_round
 
-    def target(self) -> int:
-        return self.cfg.clients_per_round
-
     fills_free_slots = True
     reads_client_data = ""  # availability predictions, participation history, round durations
 

@@ -40,9 +40,6 @@ class UniformSelector(Selector):
         return "weighting", f"unbiased weights N·p_i/{cfg.clients_per_round} estimate the mean of a cohort of " \
                             f"{cfg.clients_per_round} reports"
 
-    def target(self) -> int:
-        return self.cfg.clients_per_round
-
     def select(self, ctx: SelectionContext) -> Cohort:
         k = min(ctx.launch, len(ctx.available))
         clients = np.sort(ctx.rng.choice(ctx.available, size=k, replace=False)) if k else np.zeros(0, np.int64)

@@ -30,7 +30,6 @@ import numpy as np
 import torch
 
 from ..algorithms.base import AlgorithmContext
-from ..compressors.base import VALUE_BYTES
 from ..config.loader import ResolvedExperiment
 from ..core import metrics
 from ..core import rng as rngmod
@@ -39,6 +38,7 @@ from ..core.errors import ConfigError
 from ..core.observers import Observer, Observers, RoundRecord, RunEnd, RunStart
 from ..core.records import HeldReports, Reports, RoundFeedback, SelectionContext
 from ..core.state import Stateful
+from ..core.wire import VALUE_BYTES
 from ..data.federated import FederatedDataset
 from ..models.flat import FlatModel
 from ..privacy.base import SelectionFacts

@@ -56,9 +56,6 @@ class SystemOnlyWork(Work):
 
     trains_model = False
 
-    def __init__(self):
-        self._every: np.ndarray | None = None  # every coordinate: what an aggregating round changes
-
     def train(self, sim, opened: Opened, order: TrainOrder) -> WorkDone:
         k = opened.size
         samples = samples_processed(sim.population.n_train[opened.clients], sim.exp.train.batch_size, order.steps)
@@ -68,9 +65,9 @@ class SystemOnlyWork(Work):
         return WorkDone(result=result, decoded=nothing, payload_up=up)
 
     def aggregate(self, sim, r: int, reports: Reports, trained: Trained, settled: Settled) -> int:
-        if self._every is None:
-            self._every = np.arange(sim.model.dim, dtype=np.int64)
-        return sim.ledger.record(r, self._every if len(reports.clients) else np.zeros(0, dtype=np.int64))
+        """An aggregating round changes every coordinate: recorded in O(rounds), as a trained dense step is
+        (:func:`~turnout.sim.work.record_step`), never as an index array of the model's size."""
+        return sim.ledger.record_all(r) if len(reports.clients) else 0
 
 
 __all__ = ["PROXY_NOTE", "SystemOnlyWork", "samples_processed"]

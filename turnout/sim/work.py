@@ -116,10 +116,9 @@ class TrainedWork(Work):
         old = sim.params
         reports = sim.privacy.privatize(r, reports)  # noise on the clipped sum, before the server step
         new = sim.algorithm.aggregate(r, old, reports)
-        sent = sim.compressor.server_update(r, new - old)
-        new = old + sent
-        changed = record_step(sim.ledger, r, new, old, sim.compressor.sent_support(sent),
-                              by_value=sim.algorithm.sparse_steps)
+        step = sim.compressor.server_update(r, new - old)
+        new = old + step.sent
+        changed = record_step(sim.ledger, r, new, old, step.support)
         sim.global_model.params = new
         agg = settled.aggregated
         if agg.any() and sim.buffers:
@@ -128,22 +127,20 @@ class TrainedWork(Work):
         return changed
 
 
-def record_step(ledger: CoordinateLedger, r: int, new: torch.Tensor, old: torch.Tensor, sent: torch.Tensor | None,
-                by_value: bool = False) -> int:
+def record_step(ledger: CoordinateLedger, r: int, new: torch.Tensor, old: torch.Tensor,
+                sent: torch.Tensor | None) -> int:
     """Record in ``ledger`` which coordinates round ``r`` changed; returns how many.
 
     A dense server step changes every coordinate in a round that moves the model at all, which is what a
     server broadcasting its model sends and what ``--no-train`` prices; a compressor that sparsifies (top-k,
-    GlueFL, APF's frozen set, a quantised downlink) changes what its step carries (``sent``, a bool mask); a
-    rule whose steps are sparse by construction (``Algorithm.sparse_steps``, ``by_value``) the coordinates
-    whose value changed. Not "which values differ" for a trained dense step: whether ``x + s`` rounds back to
-    ``x``, or whether a ReLU let a gradient through, hinges on a last digit that another CPU's kernels give
-    otherwise, and made dense runs' bytes down differ between machines (docs/determinism.md).
+    GlueFL, APF's frozen set, a quantised downlink) changes what its step carries (``sent``, a bool mask, the
+    support its ``server_update`` returned with the step). Not "which values differ" for a trained dense step:
+    whether ``x + s`` rounds back to ``x``, or whether a ReLU let a gradient through, hinges on a last digit
+    that another CPU's kernels give otherwise, and made dense runs' bytes down differ between machines
+    (docs/determinism.md).
     """
     if sent is not None:
         return ledger.record(r, sent.cpu().numpy())
-    if by_value:
-        return ledger.record(r, (new != old).cpu().numpy())
     return ledger.record_all(r) if not torch.equal(new, old) else 0
 
 

@@ -44,7 +44,8 @@ import numpy as np
 
 from ..core.errors import DataError, shown
 from ..world.population import DeviceProfiles
-from .format import MAX_PERIOD_S, MIN_PERIOD_S, AvailabilityTrace, period_problem
+from .trace import AvailabilityTrace
+from .validate import MAX_PERIOD_S, MIN_PERIOD_S, period_problem
 
 BEHAVIOR_KEYS = ("duration", "inactive", "finish_time", "active", "model")
 BEHAVIOR_REQUIRED = ("active", "inactive", "finish_time")

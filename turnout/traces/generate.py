@@ -56,7 +56,8 @@ from scipy.special import ndtr
 from ..config.base import StrictModel
 from ..core import rng as rngmod
 from ..core.errors import DataError
-from .format import AvailabilityTrace, _trim_heap
+from .memory import trim_heap
+from .trace import AvailabilityTrace
 
 DAY_S = 86400.0
 #: Clients per random stream (a chunk; chunks are generated in parallel).
@@ -454,7 +455,7 @@ def generate_trace(num_clients: int, seed: int, config: GeneratorConfig | None =
     np.cumsum(offsets, out=offsets)
     trace = AvailabilityTrace(offsets, start.result(), end.result(), np.full(num_clients, cfg.days * DAY_S))
     if num_clients > CHUNK:
-        _trim_heap()  # the chunks' temporaries, freed in the worker threads' heaps
+        trim_heap()  # the chunks' temporaries, freed in the worker threads' heaps
     return trace
 
 

@@ -5,6 +5,11 @@
 ``turnout list --plugin components.py selector.my_selector``, imported again in every worker process.
 Both are working skeletons — a fair selector and a norm-clipped mean — to edit into your own idea.
 
+The rule says where the model should move (``server_direction``); how far, with which optimiser, is the
+shared server step the config chooses: ``algorithm: {name: my_rule, server_step: {name: yogi, lr: 0.05}}``
+runs the same rule under FedYogi's step (sgd with momentum / Nesterov, adam and adagrad too) without a line
+of step code here.
+
 Two rules keep a run exact and resumable: whatever changes while a run goes on is listed in
 ``state_attrs`` (a checkpoint carries it), and randomness comes from the round's stream ``ctx.rng``,
 never from a global generator.
@@ -19,8 +24,9 @@ import torch
 from pydantic import Field
 
 from turnout.algorithms.base import ALGORITHMS, Algorithm
+from turnout.algorithms.server_step import ServerLRConfig
 from turnout.config.base import StrictModel
-from turnout.config.limits import MAX_CLIENTS, MAX_SERVER_LR
+from turnout.config.limits import MAX_CLIENTS
 from turnout.core.records import Cohort, Reports, SelectionContext
 from turnout.selectors.base import SELECTORS, Selector
 
@@ -32,7 +38,7 @@ class FewestTurnsFirst(Selector):
     The first line of the docstring is what ``turnout list`` prints. ``select`` gets who is online
     (``ctx.available``), how many to launch (``ctx.launch``: K, or more when the round mode
     over-commits), the round and its random stream; it returns the cohort and each member's
-    aggregation weight.
+    aggregation weight. K (``target()``) is ``clients_per_round`` unless the selector overrides it.
     """
 
     class Config(StrictModel):  # the options of `selector: {name: my_selector, ...}`, checked before any work
@@ -45,9 +51,6 @@ class FewestTurnsFirst(Selector):
     def __init__(self, cfg: Config, world):
         super().__init__(cfg, world)
         self.turns = np.zeros(world.num_clients, dtype=np.int64)  # launches per client (numpy, not objects)
-
-    def target(self) -> int:
-        return self.cfg.clients_per_round
 
     def select(self, ctx: SelectionContext) -> Cohort:
         available = np.asarray(ctx.available, dtype=np.int64)
@@ -65,21 +68,21 @@ class FewestTurnsFirst(Selector):
 class ClippedMean(Algorithm):
     """Weighted mean of the updates, each first scaled down to an L2 norm of at most ``clip_norm``.
 
-    The server rule is ``aggregate``: the reports arrive as one batch (``reports.updates`` is a
-    clients × parameters tensor, ``reports.weights`` the selector's weights) and it returns the new
-    global parameters. The clients run FedAvg's local SGD (the client hooks' defaults).
+    The server rule is ``server_direction``: the reports arrive as one batch (``reports.updates`` is a
+    clients × parameters tensor, ``reports.weights`` the selector's weights) and it returns the direction
+    to move in; the server step (``server_lr``, or a ``server_step`` block: SGD, momentum, Adam, Yogi,
+    Adagrad) applies it. The clients run FedAvg's local SGD (the client hooks' defaults).
     """
 
-    class Config(StrictModel):
+    class Config(ServerLRConfig):  # server_lr and the server_step block come with it
         clip_norm: float = Field(10.0, gt=0.0, description="largest L2 norm of an update that counts in full")
-        server_lr: float = Field(1.0, gt=0.0, le=MAX_SERVER_LR, description="step size of the server update")
 
-    def aggregate(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
+    def server_direction(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor | None:
         if len(reports) == 0:
-            return global_params  # nobody reported: the model stays put
+            return None  # nobody reported: neither the model nor the server step moves
         norms = torch.linalg.vector_norm(reports.updates, dim=1, keepdim=True)
         scale = torch.clamp(self.cfg.clip_norm / torch.clamp(norms, min=1e-12), max=1.0)
         weights = torch.as_tensor(reports.weights, dtype=reports.updates.dtype)
         if reports.normalize:  # relative weights: divide by the sum over the reports that arrived
             weights = weights / weights.sum()
-        return global_params + self.cfg.server_lr * (weights @ (reports.updates * scale))
+        return weights @ (reports.updates * scale)
