@@ -15,6 +15,8 @@ from pathlib import Path
 
 from ..core.errors import ConfigError, ConfigWarning, TurnoutError
 from . import bundled, starter  # light: the standard library and core.errors
+from .reproduce.command import add_parser as add_reproduce  # light too: the pages' modules load when it runs
+from .reproduce.command import run as cmd_reproduce
 
 EXIT_USAGE = 2
 
@@ -115,8 +117,6 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--paired", action="append", default=None, metavar="METRIC",
                      help="summary column to give paired differences for (repeatable; default: final accuracy and "
                           "rounds/time/bytes to target, where tabulated)")
-    from .reproduce.command import add_parser as add_reproduce
-
     add_reproduce(sub)
     new = sub.add_parser("new", help="write a starter folder: an experiment file, a plugin module with a "
                                      "selector and an aggregation rule, and a test that runs them")
@@ -593,8 +593,6 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "check":
             return cmd_check(args)
         if args.command == "reproduce":
-            from .reproduce.command import run as cmd_reproduce
-
             return cmd_reproduce(args)
         return cmd_run(args)
     except RunInterrupted as exc:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import os
 
+from .environment import blas_kernel
+
 #: the emulated families, in the order records list them
 FAMILIES = ("torch-avx2", "torch-default", "openblas", "vendor")
 #: the families the default suite's second pass runs, whatever the host CPU
@@ -29,8 +31,6 @@ SECOND_PASS = ("torch-avx2", "torch-default")
 def native_kernels() -> tuple[str, str]:
     """(torch's CPU capability, numpy's OpenBLAS kernel) of this process."""
     import torch  # imported here: `import turnout` stays light
-
-    from .environment import blas_kernel
 
     return str(torch.backends.cpu.get_cpu_capability()), blas_kernel()
 

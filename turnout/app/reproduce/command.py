@@ -48,7 +48,7 @@ def add_parser(sub) -> None:
 
 
 def _names(args, allow_all: bool) -> list[str]:
-    from .spec import names
+    from .spec import names  # imported here (as below): `turnout --help` loads none of the pages' modules
 
     known = names()
     if allow_all and args.pages == ["all"]:
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     names = _names(args, args.record_slice or args.rehash)
     out = (lambda n: args.out / f"{n}.md") if args.out else (lambda n: None)
     runs = (lambda n: args.runs / n) if args.runs else (lambda n: None)
-    from . import make
+    from . import make  # imported here: it loads the report's plotting
 
     for n in names:
         if args.record_slice:
@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _docs() -> int:
+    # imported here: the docs' tables and the report's plotting load only for this command
     from . import docs
     from .make import checkout
 
@@ -107,6 +108,7 @@ def _docs() -> int:
 
 
 def _list() -> int:
+    # imported here: listing reads the pages, nothing else
     from . import record
     from .spec import load, names
 
@@ -122,11 +124,11 @@ def _list() -> int:
 
 
 def _check(names: list[str], args) -> int:
-    from .check import check, tolerance_line
+    from .check import check, tolerance_line  # imported here: checking resolves configs (every registry)
 
     t0 = time.time()
     if args.full:
-        from .make import check_full
+        from .make import check_full  # imported here: it loads the report's plotting
 
         bad = 0
         for n in names:

@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ... import __version__
 from ...core.emulation import FAMILIES
 from ...core.environment import CROSS_CPU_RTOL
 from . import record as records
@@ -58,8 +59,6 @@ def git_commit() -> str:
     """HEAD's short hash, with a note when code or experiment files differ from it."""
     root = checkout()
     if root is None:
-        from ... import __version__
-
         return f"turnout {__version__} (installed package)"
     try:
         head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
@@ -110,7 +109,7 @@ def replace_slice_section(text: str, name: str, record: dict) -> str:
 
 
 def render(page: Page, folder: Path, record: dict, out: Path) -> Path:
-    from ..report import write_report
+    from ..report import write_report  # imported here: plotting (matplotlib) loads only to write a page
 
     root = checkout()
     notes_file = (root / "docs" / "results" / "notes" / f"{page.name}.md") if root else None

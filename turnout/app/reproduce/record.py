@@ -17,9 +17,9 @@ from pathlib import Path
 
 from ...core.emulation import FAMILIES, family_environment, native_kernels
 from ...core.errors import ConfigError
-from .horizon import cut
+from .horizon import cut, markdown_table
 from .run import run_slice, slice_numbers
-from .spec import Page, pages_root
+from .spec import Page, names, pages_root
 
 
 def records_root() -> Path:
@@ -89,9 +89,6 @@ def measure_slice(page: Page, tuned: dict, rounds: int | None = None, jobs: int 
 
 def horizon_table() -> str:
     """Every page's slice cut as a Markdown table (docs/determinism.md holds it; a test keeps it current)."""
-    from .horizon import markdown_table
-    from .spec import names
-
     cuts = {n: r["slice"] for n in names() if (r := read(n)) and "horizons" in r["slice"]}
     return markdown_table(cuts, FAMILIES)
 

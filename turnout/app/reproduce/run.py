@@ -39,6 +39,7 @@ def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
 def resolved(setting: Setting, extra: tuple[str, ...] = ()) -> list[dict]:
     """The setting's variants as resolved configs, minus what does not change a number (output, runtime, data
     paths)."""
+    # imported here: resolving configs loads every component's registry (torch among them)
     from ...config.loader import parse_override, read_yaml
     from ...sim.composition import expand
 
