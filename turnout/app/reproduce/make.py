@@ -201,6 +201,10 @@ def rehash(name: str, out: Path | None = None) -> str:
                          f"`turnout reproduce {name}`")
     record = {**old, "config_hash": now, "rehashed": [*old.get("rehashed", []), old["config_hash"]]}
     records.write(record, records.record_path(name))
+    out = out or default_out() / f"{name}.md"
+    if out.is_file():  # the page's provenance line names the hash its record now holds
+        out.write_text(out.read_text().replace(f"`{old['config_hash']}`", f"`{now}` (rehashed from "
+                                               f"`{old['config_hash']}`: new defaults, the same numbers)"))
     return f"{name}: config hash {old['config_hash']} → {now}; the slice's numbers are bit-identical"
 
 
