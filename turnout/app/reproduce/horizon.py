@@ -160,7 +160,8 @@ def markdown_table(cuts: dict[str, dict], families: tuple[str, ...], label: str 
     lines = [head, "|---|---|---|" + "---|" * len(families) + "---|"]
     for name, c in cuts.items():
         asked = c.get("asked", c.get("asked_rounds"))
-        kept = f"{c['rounds']}" + (" (integers only)" if c["integers_only"] else "")
+        kept = ("not comparable across CPUs" if c["rounds"] == 0
+                else f"{c['rounds']}" + (" (integers only)" if c["integers_only"] else ""))
         cells = [f"≥ {asked}" if c["horizons"].get(f) is None else str(c["horizons"][f]) for f in families]
         first = min(c.get("first_drift", {}).items(), key=lambda kv: int(kv[1].split(",")[0].split()[1]),
                     default=("", "—"))
