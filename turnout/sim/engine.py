@@ -356,7 +356,7 @@ class Simulation(Stateful):
         finish = self.pricer.delivery_s(clients, trained.down, result.samples, trained.up)
         dropped_at = self.availability.online_until(clients, r, t0) - t0
         mode = self.round_mode
-        # An asynchronous round closes at the K-th report the server rule can use (FedScale's max_staleness: a
+        # An asynchronous round closes at the K-th report the server rule can use (the max_staleness rule: a
         # report too stale is dropped on arrival and does not count), or when the last one arrives or is lost.
         # Tasks in flight that will bring nothing usable (a client that goes offline first, a report too stale)
         # only end a round that has too few usable reports to wait for.
@@ -390,7 +390,7 @@ class Simulation(Stateful):
         # report is rejected) keeps its device busy until then; a late one is busy in the late buffer.
         # (Compared with the round mode's own close, on its own clock: the slowest client of a round that waited for
         # it is never still running, whatever the rounding of the absolute times.) Held under asynchronous rounds
-        # only, for now: the synchronous modes' share of the fix moves the REFL pages, which must be regenerated
+        # only, for now: the synchronous modes' share of the fix moves the deadline pages' numbers, which must be regenerated
         # with it (docs/algorithms/asynchronous.md, "Lost clients").
         busy = np.asarray(verdict.busy_s, np.float64)
         running = ~late & (busy > verdict.duration_s) & np.isfinite(busy) & mode.asynchronous
