@@ -390,7 +390,7 @@ class Simulation(Stateful):
         # report is rejected) keeps its device busy until then; a late one is busy in the late buffer.
         # (Compared with the round mode's own close, on its own clock: the slowest client of a round that waited for
         # it is never still running, whatever the rounding of the absolute times.) Held under asynchronous rounds
-        # only, for now: the synchronous modes' share of the fix moves the deadline pages' numbers, which must be regenerated
+        # only, for now: the synchronous modes' share moves the deadline pages' numbers, which must be regenerated
         # with it (docs/algorithms/asynchronous.md, "Lost clients").
         busy = np.asarray(verdict.busy_s, np.float64)
         running = ~late & (busy > verdict.duration_s) & np.isfinite(busy) & mode.asynchronous
