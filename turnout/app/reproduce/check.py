@@ -57,7 +57,10 @@ def check(name: str, record_file: Path | None = None) -> Verdict:
         record = records.read(name, record_file if record_file and record_file.is_file() else None)
         if record is None:
             return Verdict(name, "STALE", [f"no record: make the page with `turnout reproduce {name}`"])
-        records.validate(record)
+        try:
+            records.validate(record)
+        except TurnoutError as e:  # a record past its own horizon (or unmeasured) is a stale page, not a skipped one
+            return Verdict(name, "STALE", [str(e)])
         problems = []
         now = config_hash(page, record.get("tuned", {}))
         if now != record["config_hash"]:
