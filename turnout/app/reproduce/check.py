@@ -74,7 +74,8 @@ def check(name: str, record_file: Path | None = None) -> Verdict:
                    f"`turnout reproduce --record-slice {name}`")
             return Verdict(name, "STALE", [*problems, why])
         with tempfile.TemporaryDirectory(prefix=f"turnout-check-{name}-") as tmp:
-            numbers = slice_numbers(run_slice(page, record.get("tuned", {}), sl["rounds"], Path(tmp) / "run"))
+            numbers = slice_numbers(run_slice(page, record.get("tuned", {}), sl["rounds"], Path(tmp) / "run",
+                                              every=sl["rounds"]))  # evaluated once, after the last round
         more, n = compare(sl["numbers"], numbers, INTEGER_METRICS if sl["integers_only"] else SLICE_METRICS)
         problems += more
         return Verdict(name, "STALE" if problems else "ok", problems, n)

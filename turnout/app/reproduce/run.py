@@ -103,19 +103,21 @@ def run_setting(setting: Setting, folder: Path, jobs: int, extra: tuple[str, ...
     print(f"done: {setting.name} ({(time.time() - t0) / 60:.1f} min)", flush=True)
 
 
-def slice_sets(page: Page, tuned: dict, rounds: int) -> tuple[str, ...]:
-    """The overrides of the check slice: seed 0, ``rounds`` rounds, evaluated after every round (so the rows a
-    horizon is measured on are the rows the slice checks)."""
+def slice_sets(page: Page, tuned: dict, rounds: int, every: int = 1) -> tuple[str, ...]:
+    """The overrides of the check slice: seed 0, ``rounds`` rounds, evaluated every ``every`` rounds (after every
+    round when its horizon is measured, so every row is compared; only after the last when it is checked:
+    evaluation reads the model and changes no number of training)."""
     setting = page.setting(page.slice.setting)
-    return (*setting.sets, *tuned_sets(tuned), f"rounds={rounds}", "seeds=[0]", "eval.every=1",
+    return (*setting.sets, *tuned_sets(tuned), f"rounds={rounds}", "seeds=[0]", f"eval.every={every}",
             "output.plots=false", "output.progress=false", "eval.centralized_baseline=false")
 
 
-def run_slice(page: Page, tuned: dict, rounds: int, out: Path, env: dict[str, str] | None = None) -> Path:
+def run_slice(page: Page, tuned: dict, rounds: int, out: Path, env: dict[str, str] | None = None,
+              every: int = 1) -> Path:
     """Run the check slice for ``rounds`` rounds into ``out`` in a child process (under ``env``'s kernels)."""
     setting = page.setting(page.slice.setting)
     flags = [a for v in page.slice.variants for a in ("--variant", v)] or variant_filter(setting, tuned_sets(tuned))
-    args = run_command(setting, out, slice_sets(page, tuned, rounds), flags)
+    args = run_command(setting, out, slice_sets(page, tuned, rounds, every), flags)
     res = subprocess.run(args, capture_output=True, text=True, env=child_environment(env))
     if res.returncode != 0:
         err = (res.stderr.strip().splitlines() or ["(no message)"])[-1]
