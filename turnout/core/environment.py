@@ -133,12 +133,15 @@ def _float_probes() -> dict[str, list]:
             p.copy_(t(tuple(p.shape), 10 + k))
     seq, _ = lstm(t((4, 12, 8), 9))
     seq.sum().backward()
-    p = t((1000,), 20, True)  # the optimiser's step (ATen's vectorised loops), three times
-    opt = torch.optim.SGD([p], lr=0.1, momentum=0.9, weight_decay=1e-4)
+    # the optimiser's step (ATen's vectorised loops), three times, written as the trainer writes it
+    # (turnout.training.local_sgd): torch.optim's first use imports torch._dynamo, 1.5 s of every run's start
+    p, velocity = t((1000,), 20), torch.zeros(1000)
     for _ in range(3):
-        opt.zero_grad()
-        (p.sin() * p).sum().backward()
-        opt.step()
+        q = p.detach().requires_grad_(True)
+        (g,) = torch.autograd.grad((q.sin() * q).sum(), q)
+        g = g + 1e-4 * p
+        velocity = 0.9 * velocity + g
+        p = p - 0.1 * velocity
     v = t((50, 5000), 21)  # reductions and the weighted sum of reports
     an = _pattern((64, 64), 23)  # numpy through OpenBLAS
     return {"conv": [out, loss, cw.grad, lw.grad, lb.grad], "mlp": [o, w1.grad, w2.grad],

@@ -50,8 +50,9 @@ def compare(recorded: dict[str, dict], now: dict[str, dict], metrics: tuple[str,
     return problems, n
 
 
-def check(name: str, record_file: Path | None = None) -> Verdict:
-    """Check page ``name`` against its record (default: the bundled one)."""
+def check(name: str, record_file: Path | None = None, here: bool = False) -> Verdict:
+    """Check page ``name`` against its record (default: the bundled one); its slice runs in a child process, or
+    in this one when ``here``."""
     try:
         page = load(name)
         record = records.read(name, record_file if record_file and record_file.is_file() else None)
@@ -75,7 +76,7 @@ def check(name: str, record_file: Path | None = None) -> Verdict:
             return Verdict(name, "STALE", [*problems, why])
         with tempfile.TemporaryDirectory(prefix=f"turnout-check-{name}-") as tmp:
             numbers = slice_numbers(run_slice(page, record.get("tuned", {}), sl["rounds"], Path(tmp) / "run",
-                                              every=sl["rounds"]))  # evaluated once, after the last round
+                                              every=sl["rounds"], here=here))  # evaluated after the last round
         more, n = compare(sl["numbers"], numbers, INTEGER_METRICS if sl["integers_only"] else SLICE_METRICS)
         problems += more
         return Verdict(name, "STALE" if problems else "ok", problems, n)
@@ -87,3 +88,37 @@ def check(name: str, record_file: Path | None = None) -> Verdict:
 
 def tolerance_line() -> str:
     return f"integers exactly, NaN equal to NaN, floats within relative {CROSS_CPU_RTOL:g}"
+
+
+def check_share(conn, names: list[str], records: str | None) -> None:
+    """A check worker's part (:class:`~turnout.core.worker_process.WorkerProcess`): check ``names`` here, one
+    after another, and send each :class:`Verdict` back as it is known. ``records``: the folder of the pages'
+    records made with ``--out`` (None: the bundled ones)."""
+    for n in names:
+        conn.send(check(n, Path(records) / f"{n}.record.json" if records else None, here=True))
+    conn.close()
+
+
+def check_all(names: list[str], records: Path | None, jobs: int) -> list[Verdict]:
+    """Every page's verdict, in ``names``' order: their slices run in this process (``jobs`` 1) or shared out
+    over ``jobs`` worker processes, each running its pages one after another."""
+    from ...core.worker_process import WorkerProcess  # imported here: only a parallel check starts workers
+
+    record = (lambda n: records / f"{n}.record.json") if records else (lambda n: None)
+    if jobs <= 1 or len(names) <= 1:
+        return [check(n, record(n), here=True) for n in names]
+    shares = [names[i::jobs] for i in range(min(jobs, len(names)))]
+    workers = [WorkerProcess(check_share, (share, str(records) if records else None), name="turnout-check")
+               for share in shares]
+    got: dict[str, Verdict] = {}
+    for share, w in zip(shares, workers):
+        try:
+            while len([n for n in share if n in got]) < len(share):
+                v = w.conn.recv()
+                got[v.page] = v
+        except (EOFError, OSError):  # the worker died: its remaining pages were not checked
+            w.join(5)
+            for n in share:
+                got.setdefault(n, Verdict(n, "not checked", [f"its check worker {w.describe_exit()}"]))
+        w.join()
+    return [got[n] for n in names]

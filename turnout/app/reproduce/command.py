@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ...core.errors import ConfigError
@@ -124,7 +123,7 @@ def _list() -> int:
 
 
 def _check(names: list[str], args) -> int:
-    from .check import check, tolerance_line  # imported here: checking resolves configs (every registry)
+    from .check import check_all, tolerance_line  # imported here: checking resolves configs (every registry)
 
     t0 = time.time()
     if args.full:
@@ -136,9 +135,7 @@ def _check(names: list[str], args) -> int:
             bad += bool(diff)
             print(f"STALE {n}:\n  " + "\n  ".join(diff) if diff else f"ok    {n} (every table line)", flush=True)
         return 1 if bad else 0
-    record = (lambda n: args.out / f"{n}.record.json") if args.out else (lambda n: None)  # pages made with --out
-    with ThreadPoolExecutor(max(1, args.jobs)) as pool:  # each slice runs in its own child process
-        verdicts = list(pool.map(lambda n: check(n, record(n)), names))
+    verdicts = check_all(names, args.out, args.jobs)  # args.out: the records of pages made with --out
     for v in verdicts:
         print(v.line(), flush=True)
     counts = {s: sum(v.status == s for v in verdicts) for s in ("ok", "STALE", "not checked")}

@@ -3,7 +3,9 @@
 Settings run one after another, each ``python -m turnout run CONFIG --set ... --jobs N`` into
 ``FOLDER/SETTING`` (results do not depend on ``N``). A child process, not this one, so a page's runs are what a
 user's command gives, and so the check slice can run under another CPU's kernels (:mod:`.horizon`), whose
-variables only take effect in a fresh process.
+variables only take effect in a fresh process. A check runs its slice in the checking process instead
+(``here``), through the same validation and run folder as ``turnout run``, under that process's kernels: checking
+every page then pays torch's import and a run's start once per worker, not once per page.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from ...core.errors import TurnoutError
 from .spec import Page, Setting
 
 #: what a check slice records per variant (from the run's summary)
@@ -113,16 +116,48 @@ def slice_sets(page: Page, tuned: dict, rounds: int, every: int = 1) -> tuple[st
 
 
 def run_slice(page: Page, tuned: dict, rounds: int, out: Path, env: dict[str, str] | None = None,
-              every: int = 1) -> Path:
-    """Run the check slice for ``rounds`` rounds into ``out`` in a child process (under ``env``'s kernels)."""
+              every: int = 1, here: bool = False) -> Path:
+    """Run the check slice for ``rounds`` rounds into ``out``: in a child process (under ``env``'s kernels), or
+    in this process when ``here``."""
     setting = page.setting(page.slice.setting)
     flags = [a for v in page.slice.variants for a in ("--variant", v)] or variant_filter(setting, tuned_sets(tuned))
-    args = run_command(setting, out, slice_sets(page, tuned, rounds, every), flags)
-    res = subprocess.run(args, capture_output=True, text=True, env=child_environment(env))
+    sets = slice_sets(page, tuned, rounds, every)
+    if here:
+        if env:
+            raise ValueError("a slice under another CPU's kernels runs in a child process")
+        try:
+            _run_here(setting, sets, flags[1::2], out)
+        except TurnoutError as e:
+            raise SliceFailed(f"the check slice of {page.name} ({setting.name}) failed: turnout: error: "
+                              f"{' '.join(str(e).split())}") from None
+        return out
+    res = subprocess.run(run_command(setting, out, sets, flags), capture_output=True, text=True,
+                         env=child_environment(env))
     if res.returncode != 0:
         err = (res.stderr.strip().splitlines() or ["(no message)"])[-1]
         raise SliceFailed(f"the check slice of {page.name} ({setting.name}) failed: {err}")
     return out
+
+
+def _run_here(setting: Setting, sets: tuple[str, ...], only: list[str], out: Path) -> None:
+    """``turnout run CONFIG --set ... [--variant ...] --out OUT`` in this process, one unit after another."""
+    # imported here: a run loads every component's registry (torch among them)
+    from ...config.loader import parse_override, read_yaml
+    from ...runs.experiment import expand_experiment, make_backend, open_experiment, run_opened
+    from ...runs.progress import ProgressBar
+    from ...sim.composition import expand
+
+    experiment = {"raw": read_yaml(setting.path), "overrides": dict(parse_override(s) for s in sets),
+                  "only": only or None}
+    variants = expand_experiment(experiment, expand)
+    backend = make_backend("local", 1, 0, None)
+    try:
+        opened = open_experiment(variants, experiment, out=out, expand=expand)
+    except BaseException:
+        backend.close()
+        raise
+    with ProgressBar(disable=True) as bar:
+        run_opened([opened], backend, bar)
 
 
 def slice_numbers(out: Path) -> dict[str, dict]:
