@@ -1,10 +1,8 @@
 """A device never runs two tasks at once, and no client's resource seconds exceed the time it was online.
 
-The invariant is checked in every round mode (it holds in wait_all and async; deadline and over-commitment are
-strict xfails until their share of the fix lands with the REFL pages it moves), with clients that go offline in
-the middle of a task: a client still
-computing a task that will end with it going offline is busy until that moment (docs/algorithms/asynchronous.md,
-"Lost clients"). Checked on small random worlds (hypothesis) and on one hand-worked schedule per mode.
+The invariant is checked in every round mode (wait_all, deadline, over-commitment, async), with clients that go
+offline in the middle of a task: a client still computing a task that will end with it going offline is busy
+until that moment (docs/algorithms/asynchronous.md, "Lost clients"). Checked on small random worlds (hypothesis) and on one hand-worked schedule per mode.
 """
 
 from __future__ import annotations
@@ -159,10 +157,7 @@ def worlds(draw, mode: str):
 #: the synchronous modes' share of the fix is held back until the REFL pages it moves are regenerated with it
 #: (docs/algorithms/asynchronous.md, "Lost clients"): strict xfail, so the day the engine holds them busy these
 #: tests fail as "unexpectedly passing" and are switched back on
-SYNC_DEFERRED = pytest.mark.xfail(strict=True, reason="deadline / over-commit: a doomed task's device is not yet "
-                                                      "held busy in synchronous rounds (issue 47, second half)")
-MODES = ["wait_all", pytest.param("deadline", marks=SYNC_DEFERRED), pytest.param("over_commit", marks=SYNC_DEFERRED),
-         "async"]
+MODES = ["wait_all", "deadline", "over_commit", "async"]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -182,8 +177,8 @@ def test_no_device_runs_two_tasks_at_once_in_random_worlds(mode):
 
 
 @pytest.mark.parametrize("round_mode", [
-    {"name": "async", "buffer": 1}, pytest.param({"name": "deadline", "deadline_s": 2.5}, marks=SYNC_DEFERRED),
-    pytest.param({"name": "over_commit", "oc": 2.0, "keep_stragglers": True}, marks=SYNC_DEFERRED)])
+    {"name": "async", "buffer": 1}, {"name": "deadline", "deadline_s": 2.5},
+    {"name": "over_commit", "oc": 2.0, "keep_stragglers": True}])
 def test_the_parallel_executor_keeps_devices_single_tasked(round_mode):
     algorithm = "fedbuff" if round_mode["name"] == "async" else "fedavg"
     sim, rows, tasks = run_world(round_mode, LOSE_ZERO, PER_SAMPLE, c=2, rounds=6, algorithm=algorithm,
@@ -224,7 +219,6 @@ def test_async_a_client_lost_mid_task_holds_its_slot_until_it_goes_offline():
     assert violations(sim, tasks, LOSE_ZERO) == []
 
 
-@SYNC_DEFERRED
 def test_deadline_a_late_lost_client_is_not_launched_again_while_it_computes():
     """Deadline 2.5 s, late reports kept (REFL's SAA), C = 2.
     t = 0: launch 0 (lost at 3.5) and 1 (on time at 2);  the round closes at 2.5.
@@ -240,7 +234,6 @@ def test_deadline_a_late_lost_client_is_not_launched_again_while_it_computes():
     assert violations(sim, tasks, LOSE_ZERO) == []
 
 
-@SYNC_DEFERRED
 def test_over_commit_keeping_stragglers_a_lost_client_stays_busy_until_it_goes_offline():
     """Over-commitment ×1.5 of K = 2 → 3 launched, K = 2 aggregated, stragglers kept.
     t = 0: launch 0 (lost at 3.5), 1 (2 s) and 2 (3 s): the 2nd report (client 2) closes the round at 3.

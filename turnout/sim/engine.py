@@ -389,11 +389,10 @@ class Simulation(Stateful):
         # A launched client still computing at the close that will not deliver (it goes offline first, or its
         # report is rejected) keeps its device busy until then; a late one is busy in the late buffer.
         # (Compared with the round mode's own close, on its own clock: the slowest client of a round that waited for
-        # it is never still running, whatever the rounding of the absolute times.) Held under asynchronous rounds
-        # only, for now: the synchronous modes' share moves the deadline pages' numbers, which must be regenerated
-        # with it (docs/algorithms/asynchronous.md, "Lost clients").
+        # it is never still running, whatever the rounding of the absolute times.) Held in every round mode
+        # (docs/algorithms/asynchronous.md, "Lost clients").
         busy = np.asarray(verdict.busy_s, np.float64)
-        running = ~late & (busy > verdict.duration_s) & np.isfinite(busy) & mode.asynchronous
+        running = ~late & (busy > verdict.duration_s) & np.isfinite(busy)
         self.lost.add(clients[running], t0 + busy[running])
         if self.algorithm.reads_origin_models and late.any():
             self.versions.hold(r, self.params)  # version r, before this round's update
