@@ -2,7 +2,8 @@
 
 The invariant is checked in every round mode (wait_all, deadline, over-commitment, async), with clients that go
 offline in the middle of a task: a client still computing a task that will end with it going offline is busy
-until that moment (docs/algorithms/asynchronous.md, "Lost clients"). Checked on small random worlds (hypothesis) and on one hand-worked schedule per mode.
+until that moment (docs/algorithms/asynchronous.md, "Lost clients"). Checked on small random worlds (hypothesis)
+and on one hand-worked schedule per mode.
 """
 
 from __future__ import annotations
