@@ -124,15 +124,12 @@ def exit_code_of(command) -> int:
     """Run ``command()`` and map what it raises to one stderr line and an exit code: a stopped run 130/143,
     a user mistake 2, an unexpected error 1 with its traceback logged (a closed pipe goes up to
     :func:`ends_quietly_on_closed_pipe`)."""
-    # lazy: a command imports only what it runs (`turnout --help`, `list` start without torch)
-    from ..runs.experiment import RunInterrupted
-
     try:
         return command()
-    except RunInterrupted as exc:
-        print(f"turnout: {exc}", file=sys.stderr)
-        return 128 + int(exc.stop_signal) if exc.stop_signal is not None else 130  # 130 SIGINT, 143 SIGTERM
     except TurnoutError as exc:
+        if _interrupted(exc):
+            print(f"turnout: {exc}", file=sys.stderr)
+            return 128 + int(exc.stop_signal) if exc.stop_signal is not None else 130  # 130 SIGINT, 143 SIGTERM
         print(f"turnout: error: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
@@ -146,6 +143,13 @@ def exit_code_of(command) -> int:
         print(f"turnout: error: unexpected {type(exc).__name__}: {_one_line(str(exc))} (full traceback: {log})",
               file=sys.stderr)
         return 1
+
+
+def _interrupted(exc: TurnoutError) -> bool:
+    """Whether ``exc`` is a run stopped on request (``RunInterrupted``). Only a command that loaded the runs layer
+    can raise one, so a command that did not (``turnout list experiments``) does not import it, nor torch."""
+    experiment = sys.modules.get(f"{__package__.rpartition('.')[0]}.runs.experiment")
+    return experiment is not None and isinstance(exc, experiment.RunInterrupted)
 
 
 def _one_line(text: str, limit: int = 500) -> str:
