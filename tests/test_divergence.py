@@ -5,7 +5,7 @@ import math
 import torch
 
 from turnout.algorithms.fedavg import FedAvg, FedAvgConfig
-from turnout.app.cli import outcome_lines
+from turnout.app.commands.run import outcome_lines
 from turnout.core.metrics import comparison_rows, cumulate, summarize
 
 RAW = {"name": "div", "rounds": 6, "data": {"name": "synthetic", "num_clients": 12}, "model": {"name": "logreg"},

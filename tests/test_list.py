@@ -76,3 +76,15 @@ def test_unknown_names_are_one_line_errors_listing_the_choices(capsys, what, wor
     err = captured.err.strip().splitlines()
     assert captured.out == "" and len(err) == 1 and err[0].startswith("turnout: error: ")
     assert all(w in err[0] for w in words), err[0]
+
+
+@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["list", "experiments"]])
+def test_help_and_the_bundled_experiments_start_without_torch(args):
+    """A command imports only what it runs: the parser, the process guard and the bundled list need no torch."""
+    import subprocess
+    import sys
+
+    code = (f"import sys\nfrom turnout.app.cli import main\ntry:\n    rc = main({args!r})\nexcept SystemExit as e:\n"
+            f"    rc = e.code\nprint('rc', rc, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    assert out.strip().splitlines()[-1] == "rc 0 False", out[-500:]

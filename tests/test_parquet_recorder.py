@@ -60,16 +60,16 @@ def test_parquet_tables_hold_the_csv_tables_values(runs):
 
 
 def test_report_reads_a_parquet_run_folder_like_a_csv_one(runs, tmp_path):
-    from turnout.app.report import _curves, _selection_counts
+    from turnout.app.report.curves import curves, selection_counts
 
     csv_run, pq_run = runs["csv"], runs["parquet"]
-    a, b = _curves(csv_run, "accuracy"), _curves(pq_run, "accuracy")
+    a, b = curves(csv_run, "accuracy"), curves(pq_run, "accuracy")
     assert a.keys() == b.keys() == {"K4", "K6"}
     for v in a:
         for x, y in zip(a[v], b[v]):
             np.testing.assert_array_equal(x, y)
-    for v, counts in _selection_counts(csv_run).items():
-        np.testing.assert_array_equal(counts, _selection_counts(pq_run)[v])
+    for v, counts in selection_counts(csv_run).items():
+        np.testing.assert_array_equal(counts, selection_counts(pq_run)[v])
     assert main(["report", str(pq_run), "--out", str(tmp_path / "page.md"), "--curve", "accuracy"]) == 0
 
 

@@ -161,9 +161,9 @@ def test_label_mix_availability_is_summed_in_a_fixed_order():
     ("base: &b [1, 2]\nseeds: {<<: *b}", "expected a mapping for merging"),
 ])
 def test_yaml_types_beyond_json_are_one_line_exit_2_and_no_traceback(line, needle, tmp_path, capsys, monkeypatch):
-    import turnout.app.cli as cli
+    import turnout.app.process as process
 
-    monkeypatch.setattr(cli, "_log_traceback", lambda exc: pytest.fail(f"a traceback was logged: {exc!r}"))
+    monkeypatch.setattr(process, "_log_traceback", lambda exc: pytest.fail(f"a traceback was logged: {exc!r}"))
     cfg = tmp_path / "exp.yaml"
     cfg.write_text(f"rounds: 2\n{line}\n")
     out = tmp_path / "run"

@@ -9,17 +9,11 @@ import yaml
 from scipy import stats
 
 from turnout.app.cli import main
-from turnout.app.report import (
-    Footnotes,
-    PairedDifference,
-    _curves,
-    _legend_label,
-    load_targets,
-    metric_table,
-    paired_difference,
-    paired_table,
-    write_report,
-)
+from turnout.app.report import write_report
+from turnout.app.report.curves import curves
+from turnout.app.report.folders import load_targets
+from turnout.app.report.tables import Footnotes, PairedDifference, metric_table, paired_difference, paired_table
+from turnout.recorders.plots import legend_label
 
 
 def fake_run(folder, losses):
@@ -83,8 +77,8 @@ def test_selection_count_plot_from_clients_csv(tmp_path):
     rows = ["variant,seed,client,times_selected"] + [f"{v},{s},{c},{(c + s) if v == 'uniform' else 5}"
                                                      for v in ("uniform", "fedgs") for s in (0, 1) for c in range(4)]
     (a / "clients.csv").write_text("\n".join(rows) + "\n")
-    from turnout.app.report import _selection_counts
-    counts = _selection_counts(a)
+    from turnout.app.report.curves import selection_counts
+    counts = selection_counts(a)
     assert counts["uniform"].tolist() == [0.5, 1.5, 2.5, 3.5] and counts["fedgs"].tolist() == [5.0] * 4
     out = write_report([a], tmp_path / "docs" / "fedgs.md", ["best_loss"], "FedGS", curve=None, counts=["YMF"])
     assert "![](fedgs/counts_YMF.png)" in out.read_text()
@@ -178,12 +172,12 @@ def test_page_states_pairing_baseline_and_one_seed(tmp_path):
 
 def test_curve_bands_are_mean_and_std_over_seeds(tmp_path):
     a = fake_run(tmp_path / "IDL", {"uniform": [0.30, 0.32, 0.40], "fedgs": [0.28, 0.30, 0.29]})
-    curves = _curves(a, "loss")
-    x, mean, std, n = curves["uniform"]
+    by_variant = curves(a, "loss")
+    x, mean, std, n = by_variant["uniform"]
     at_round_1 = [0.30 + 1, 0.32 + 1, 0.40 + 1]  # fake_run's loss is best_loss + 1/(t+1) at round t = 0
     assert x.tolist() == [1, 2, 3, 4, 5] and n == 3
     assert mean[0] == pytest.approx(np.mean(at_round_1)) and std[0] == pytest.approx(np.std(at_round_1))
-    assert _legend_label("uniform", {3}) == "uniform (3 seeds)" and _legend_label("u", {1, 3}) == "u (1–3 seeds)"
+    assert legend_label("uniform", {3}) == "uniform (3 seeds)" and legend_label("u", {1, 3}) == "u (1–3 seeds)"
     assert main(["report", str(a), "--out", str(tmp_path / "x.md"), "--curve", "accuracyy"]) == 2
 
 
@@ -218,12 +212,12 @@ def test_curves_against_a_cumulative_column_interpolate_each_seed(tmp_path):
     lines = ["variant,seed,round,accuracy,cum_bytes_up,cum_bytes_down"]
     lines += [f"a,{s},{t},{t / 10},{(t + 1) * 10 * (s + 1)},{(t + 1) * 10 * (s + 1)}" for s in (0, 1) for t in range(5)]
     (folder / "rounds.csv").write_text("\n".join(lines) + "\n")
-    x, mean, std, n = _curves(folder, "accuracy", "cum_bytes_up+cum_bytes_down", points=5)["a"]
+    x, mean, std, n = curves(folder, "accuracy", "cum_bytes_up+cum_bytes_down", points=5)["a"]
     assert n == 2 and x[0] == 40 and x[-1] == 100  # the range both seeds cover: [max of minima, min of maxima]
     # at 40 B seed 0 is at round 1 (0.1) and seed 1 at round 0 (0.0); at 100 B: 0.4 and 0.15
     assert mean[0] == pytest.approx(0.05) and std[0] == pytest.approx(0.05)
     assert mean[-1] == pytest.approx((0.4 + 0.15) / 2)
-    by_round = _curves(folder, "accuracy")["a"]
+    by_round = curves(folder, "accuracy")["a"]
     assert by_round[0].tolist() == [1, 2, 3, 4, 5] and by_round[2][0] == 0.0
     page = tmp_path / "p.md"
     assert main(["report", str(folder), "--out", str(page), "--metric", "final_accuracy", "--curve", "accuracy",
@@ -249,11 +243,11 @@ def test_curves_against_communicated_vectors(tmp_path, simulate, tiny):
     lines = ["variant,seed,round,loss,cum_bytes_up,cum_bytes_down"]
     lines += [f"{v},0,{t},{1 / (t + 1)},{(t + 1) * 100},{(t + 1) * down[v]}" for v in "ab" for t in range(3)]
     (folder / "rounds.csv").write_text("\n".join(lines) + "\n")
-    x, mean, _, _ = _curves(folder, "loss", "cum_vectors_up+cum_vectors_down", points=3)["a"]
+    x, mean, _, _ = curves(folder, "loss", "cum_vectors_up+cum_vectors_down", points=3)["a"]
     assert x.tolist() == [2, 4, 6] and mean.tolist() == pytest.approx([1, 1 / 2, 1 / 3])
-    x, mean, _, _ = _curves(folder, "loss", "cum_vectors_down", points=3)["b"]
+    x, mean, _, _ = curves(folder, "loss", "cum_vectors_down", points=3)["b"]
     assert x.tolist() == [2, 4, 6]  # two downlink vectors a round
-    x, _, _, _ = _curves(folder, "loss", "cum_vectors_up+cum_vectors_down", points=3)["b"]
+    x, _, _, _ = curves(folder, "loss", "cum_vectors_up+cum_vectors_down", points=3)["b"]
     assert x.tolist() == [3, 6, 9]
     page = tmp_path / "p.md"
     assert main(["report", str(folder), "--out", str(page), "--metric", "final_loss",
@@ -327,7 +321,7 @@ def test_folders_not_of_the_same_experiment_are_said_so(tmp_path, tiny):
     assert "| method | A | C | OLD | A2 |" in text and "A2 shares" not in text and "A + A2" not in text
     ours = tmp_path / "D"
     assert main(["run", str(cfg), "--variant", "K8", "--set", "train.lr=0.1", "--out", str(ours), "--quiet"]) == 0
-    from turnout.app.report import why_not_one_experiment
+    from turnout.app.report.folders import why_not_one_experiment
     assert why_not_one_experiment(c, ours) == ("they are not the same experiment (`rounds` set by --set: 4 in C, "
                                                "(unset) in D)")
     assert why_not_one_experiment(a, a2) == ""  # --seed picks units, not the experiment

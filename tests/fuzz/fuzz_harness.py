@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 import turnout.app.cli as cli
+import turnout.app.process as process
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Address space of a case: in a subprocess in all, in-process on top of what pytest maps already.
@@ -123,7 +124,7 @@ def run_in_process(argv: list[str], seconds: float = CASE_SECONDS) -> Result:
     t0 = time.perf_counter()
     with warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         _python_default_warnings()
-        warnings.showwarning = cli._show_warning
+        warnings.showwarning = process._show_warning
         try:
             with _capped(seconds):
                 rc = cli.main(argv)

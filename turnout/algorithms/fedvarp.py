@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import torch
 
-from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
+from .base import ALGORITHMS, Reports
 from .server_step import ServerLRConfig
-from .update_memory import UpdateMemory
+from .update_memory import RememberingRule
 
 SLOT = "fedvarp/y_i"
 
@@ -33,18 +33,13 @@ class FedVARPConfig(ServerLRConfig):
 
 
 @ALGORITHMS.register("fedvarp")
-class FedVARP(Algorithm):
+class FedVARP(RememberingRule):
     """FedVARP: mean of stored client updates plus the participants' fresh corrections (variance reduction)."""
 
     Config = FedVARPConfig
     dp_unsound = "keeps every client's latest raw update on the server (its variance-reduction memory)"
 
-    state_attrs = ("memory",)
-
-    def __init__(self, cfg: FedVARPConfig, ctx: AlgorithmContext):
-        super().__init__(cfg, ctx)
-        self.num_clients = int(ctx.num_clients)
-        self.memory = UpdateMemory(ctx.state_store(), SLOT, ctx.dim)  # y_i and Σ_i y_i
+    slot = SLOT  # y_i; the memory keeps Σ_i y_i too
 
     def server_direction(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor | None:
         if len(reports) == 0:

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import torch
 
-from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
+from .base import ALGORITHMS, Reports
 from .server_step import ServerLRConfig
-from .update_memory import UpdateMemory
+from .update_memory import RememberingRule
 
 SLOT = "mifa/G_i"
 
@@ -33,18 +33,13 @@ class MIFAConfig(ServerLRConfig):
 
 
 @ALGORITHMS.register("mifa")
-class MIFA(Algorithm):
+class MIFA(RememberingRule):
     """MIFA: the server averages every client's latest update (zeros until it first reports), every round."""
 
     Config = MIFAConfig
     dp_unsound = "keeps every client's latest raw update on the server and re-releases it each round"
 
-    state_attrs = ("memory",)
-
-    def __init__(self, cfg: MIFAConfig, ctx: AlgorithmContext):
-        super().__init__(cfg, ctx)
-        self.num_clients = int(ctx.num_clients)
-        self.memory = UpdateMemory(ctx.state_store(), SLOT, ctx.dim)  # G_i and Σ_i G_i
+    slot = SLOT  # G_i; the memory keeps Σ_i G_i too
 
     def server_direction(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
         if len(reports):

@@ -11,6 +11,7 @@ import torch
 
 from ..core.state import Stateful
 from ..world.state_store import ClientStateStore
+from .base import Algorithm, AlgorithmContext
 
 
 class UpdateMemory(Stateful):
@@ -28,3 +29,18 @@ class UpdateMemory(Stateful):
         self.sum += change
         self.store.put(self.slot, clients, updates)
         return change
+
+
+class RememberingRule(Algorithm):
+    """A rule that keeps every client's latest update (:class:`UpdateMemory` under ``slot``) to average it over
+    all ``N`` clients every round, reported or not (MIFA, FedVARP)."""
+
+    #: the memory's slot in the per-client state store
+    slot: str
+
+    state_attrs = ("memory",)
+
+    def __init__(self, cfg, ctx: AlgorithmContext):
+        super().__init__(cfg, ctx)
+        self.num_clients = int(ctx.num_clients)
+        self.memory = UpdateMemory(ctx.state_store(), self.slot, ctx.dim)

@@ -224,8 +224,20 @@ class _BlockOptions(StrictModel):
     m: int = Field(10, ge=1, le=MAX_CLIENTS, description="block size: clients available per round")
 
 
+class _Blocks(Availability):
+    """Block participation (Cases 3 and 4): the clients of the round's :meth:`block` are available, no one else."""
+
+    def block(self, round: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def available(self, round: int, time_s: float) -> np.ndarray:
+        mask = np.zeros(self.num_clients, dtype=bool)
+        mask[self.block(round)] = True
+        return mask
+
+
 @AVAILABILITY.register("cyclic")
-class Cyclic(Availability):
+class Cyclic(_Blocks):
     """FedSUM Case 3: deterministic cyclic participation, round t makes block (t mod ⌈n/m⌉) of a fixed order available.
 
     Blocks are consecutive runs of ``m`` clients of the order; when ``m`` does not divide ``n`` the
@@ -251,14 +263,9 @@ class Cyclic(Availability):
         b = round % self.cycle_length
         return self.order[b * self.cfg.m:(b + 1) * self.cfg.m]
 
-    def available(self, round: int, time_s: float) -> np.ndarray:
-        mask = np.zeros(self.num_clients, dtype=bool)
-        mask[self.block(round)] = True
-        return mask
-
 
 @AVAILABILITY.register("reshuffled_cyclic")
-class ReshuffledCyclic(Availability):
+class ReshuffledCyclic(_Blocks):
     """FedSUM Case 4: the client order is reshuffled every epoch of ⌈n/m⌉ rounds, then blocks of m in turn.
 
     Epoch ``e = ⌊t / ⌈n/m⌉⌋`` uses the permutation ``stream(seed, "availability/reshuffle", e)``;
@@ -288,11 +295,6 @@ class ReshuffledCyclic(Availability):
     def block(self, round: int) -> np.ndarray:
         epoch, b = divmod(round, self.epoch_length)
         return self.permutation(epoch)[b * self.cfg.m:(b + 1) * self.cfg.m]
-
-    def available(self, round: int, time_s: float) -> np.ndarray:
-        mask = np.zeros(self.num_clients, dtype=bool)
-        mask[self.block(round)] = True
-        return mask
 
 
 @AVAILABILITY.register("biased")

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import csv
 import os
-import tempfile
 from pathlib import Path
 from typing import Literal
 
@@ -40,6 +39,7 @@ from pydantic import Field, field_validator
 from ..config.base import StrictModel
 from ..config.limits import MAX_SCALE
 from ..core.errors import DataError
+from ..core.files import replaced_atomically
 from ..traces.fedscale import CapacityTable
 from ..world.population import DeviceProfiles
 from .base import DEVICES, DeviceModel
@@ -138,19 +138,11 @@ def write_capacity_csv(path: str | os.PathLike, profiles: CapacityTable | Device
             raise DataError(f"capacity profiles column {name} has non-positive or non-finite bandwidths; "
                             "every bandwidth must be > 0")
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
-            f.write(",".join(names) + "\n")
-            floats = np.column_stack(cols[1:]) if len(cols) > 1 else np.zeros((len(cols[0]), 0))
-            for key, row in zip(cols[0].tolist(), floats.tolist()):
-                f.write(str(key) + "," + ",".join(repr(float(x)) for x in row) + "\n")
-        _default_mode(tmp)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with replaced_atomically(p, "w", newline="", encoding="utf-8") as f:
+        f.write(",".join(names) + "\n")
+        floats = np.column_stack(cols[1:]) if len(cols) > 1 else np.zeros((len(cols[0]), 0))
+        for key, row in zip(cols[0].tolist(), floats.tolist()):
+            f.write(str(key) + "," + ",".join(repr(float(x)) for x in row) + "\n")
     return p
 
 
@@ -192,9 +184,3 @@ class FedScaleCapacity(DeviceModel):
         return DeviceProfiles(compute_s_per_sample=self.cfg.aug * t.computation_ms_per_sample[rows] / 1000.0,
                               down_bytes_per_s=down, up_bytes_per_s=up)
 
-
-def _default_mode(path) -> None:
-    """Give a ``mkstemp`` file (0600) the permissions a plainly created file would get."""
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(path, 0o666 & ~mask)

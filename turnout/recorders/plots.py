@@ -1,4 +1,5 @@
-"""PNG plots of a run folder: accuracy against rounds, downloaded bytes and simulated time.
+"""PNG plots of a run folder (accuracy against rounds, downloaded bytes and simulated time), of an availability
+model, and of a results page (curves over seeds, selection counts).
 
 Every variant gets one colour; each seed is one line of that colour, so spread across seeds is
 visible rather than averaged away.
@@ -6,6 +7,7 @@ visible rather than averaged away.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -108,3 +110,94 @@ def availability_gallery(exp, data, seed: int, rounds: int, round_s: float, clie
     title = "\n".join(textwrap.wrap(f"availability: {comp.name}" + (f" ({options})" if options else "")
                                      + f" — {shown} of {data.num_clients} clients, mean {matrix.mean():.2f}", 80))
     return plot_availability(matrix, path, title)
+
+
+def axis_label(x: str) -> tuple[str, float]:
+    """Axis label and scale of a results page's x column (bytes in MB)."""
+    if x == "round":
+        return "round", 1.0
+    if "vectors" in x:
+        return f"model-sized vectors sent, {x.replace('cum_vectors_', '').replace('+', ' + ')}", 1.0
+    if "bytes" in x:
+        return f"{x.replace('+', ' + ')} (MB)", 1e-6
+    if x.endswith("resource_s"):
+        return f"{x} (client-seconds)", 1.0
+    return x.replace("+", " + "), 1.0
+
+
+def plot_curve_panels(panels: dict[str, tuple[list[str], dict]], column: str, out: Path, x: str = "round") -> Path:
+    """A results page's curves: one panel per setting, ``column`` against ``x``, mean over seeds with a ± std band,
+    one line per variant. ``panels`` maps a setting to its variants (in order) and their curves
+    (variant → x values, mean, std, number of seeds; :func:`turnout.app.report.curves.curve_panels`).
+
+    A variant keeps its colour in every panel, and one legend below the panels names them all with their
+    number of seeds (settings may run different variants, e.g. FedSUM's Cases 1–4 beside P1–P3).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    every = list(dict.fromkeys(v for variants, _ in panels.values() for v in variants))
+    cmap = plt.get_cmap("tab10" if len(every) <= 10 else "tab20")
+    colour = {v: cmap(i % cmap.N) for i, v in enumerate(every)}
+    n = len(panels)
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False)
+    lines, n_seeds = {}, {}
+    xlabel, scale = axis_label(x)
+    for ax, (name, (variants, curves)) in zip(axes[0], panels.items()):
+        for v in variants:
+            if v not in curves:
+                continue
+            xs, mean, std, k = curves[v]
+            lines[v], = ax.plot(xs * scale, mean, lw=1.1, color=colour[v])
+            ax.fill_between(xs * scale, mean - std, mean + std, color=colour[v], alpha=0.2, lw=0)
+            n_seeds.setdefault(v, set()).add(k)
+        ax.set_title(name)
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(f"server test {column}\n(mean ± std over seeds)")
+    shown = [v for v in every if v in lines]
+    labels = [legend_label(v, n_seeds[v]) for v in shown]
+    ncol = max(1, min(len(shown), max(2, 2 * n)))
+    fig.legend([lines[v] for v in shown], labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    rows = math.ceil(max(1, len(shown)) / ncol)
+    fig.tight_layout(rect=(0, 0.06 * rows + 0.02, 1, 1))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def legend_label(variant: str, seed_counts: set[int]) -> str:
+    """``K=5 (3 seeds)``; a variant run with different numbers of seeds in different panels shows the range."""
+    lo, hi = min(seed_counts), max(seed_counts)
+    return f"{variant} ({lo if lo == hi else f'{lo}–{hi}'} seed{'s' * (hi > 1)})"
+
+
+def plot_selection_counts(counts: dict[str, np.ndarray], setting: str, out: Path) -> Path:
+    """FedGS Fig. 4: one bar chart per variant of how often each client was selected (``counts``: per variant,
+    every client's count, mean over seeds) in the run folder named ``setting``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(counts)
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.0 * cols, 2.6 * rows), squeeze=False, sharey=True)
+    for ax, (v, c) in zip(axes.flat, counts.items()):
+        ax.bar(np.arange(len(c)), c, width=1.0)
+        ax.set_title(f"{v} (var {np.var(c):.1f})", fontsize=9)
+        ax.set_xlabel("client")
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    for r in range(rows):
+        axes[r][0].set_ylabel("times selected")
+    fig.suptitle(f"{setting}: selection counts per client (mean over seeds)", fontsize=10)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out

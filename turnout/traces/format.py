@@ -41,13 +41,13 @@ from __future__ import annotations
 
 import os
 import struct
-import tempfile
 import zipfile
 import zlib
 from pathlib import Path
 
 import numpy as np
 
+from ..core.files import replaced_atomically
 from .safe_npz import read_arrays
 from .trace import AvailabilityTrace
 from .validate import (
@@ -88,16 +88,8 @@ def save_trace(path: str | os.PathLike, trace: AvailabilityTrace, compress_level
               "period_s": trace.period_s, "format_version": np.array(FORMAT_VERSION, np.int64)}
     if trace.model is not None:
         arrays["model"] = np.asarray(trace.model, dtype=str)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            _write_npz(f, arrays, int(compress_level))
-        _default_mode(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with replaced_atomically(path, "wb") as f:
+        _write_npz(f, arrays, int(compress_level))
     return path
 
 
@@ -160,9 +152,3 @@ def _short(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= 120 else text[:117] + "..."
 
-
-def _default_mode(path) -> None:
-    """Give a ``mkstemp`` file (0600) the permissions a plainly created file would get."""
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(path, 0o666 & ~mask)

@@ -111,6 +111,20 @@ class LocalResult:
     grad_sum: torch.Tensor | None = None  # flat Σ_k g_k at the start point (objective.freeze only)
 
 
+def sgd_direction(cfg: TrainConfig, params: Params, grads: Params, velocity: Params | None
+                  ) -> tuple[Params, Params | None]:
+    """The step ``p -= lr · step`` of PyTorch's SGD with ``cfg``'s weight decay, momentum and Nesterov, and the
+    new velocity (``velocity`` as given without momentum): one definition for the sequential and the stacked
+    trainer, so the two round alike."""
+    if cfg.weight_decay:
+        grads = {k: g + cfg.weight_decay * params[k] for k, g in grads.items()}
+    if not cfg.momentum:
+        return grads, velocity
+    velocity = {k: g.clone() for k, g in grads.items()} if velocity is None else \
+        {k: cfg.momentum * velocity[k] + g for k, g in grads.items()}
+    return ({k: g + cfg.momentum * velocity[k] for k, g in grads.items()} if cfg.nesterov else velocity), velocity
+
+
 class LocalTrainer:
     """Runs minibatch SGD (momentum, weight decay, clipping) from a flat start point."""
 
@@ -161,15 +175,7 @@ class LocalTrainer:
         it fuses the multiply-add), so results are unchanged from an out-of-place update, without
         allocating a new parameter tensor every step. Returns the velocity.
         """
-        cfg = self.cfg
-        if cfg.weight_decay:
-            grads = {k: g + cfg.weight_decay * params[k] for k, g in grads.items()}
-        if cfg.momentum:
-            velocity = {k: g.clone() for k, g in grads.items()} if velocity is None else \
-                {k: cfg.momentum * velocity[k] + g for k, g in grads.items()}
-            step = {k: g + cfg.momentum * velocity[k] for k, g in grads.items()} if cfg.nesterov else velocity
-        else:
-            step = grads
+        step, velocity = sgd_direction(self.cfg, params, grads, velocity)
         for k, p in params.items():
             p.sub_(lr * step[k])
         return velocity

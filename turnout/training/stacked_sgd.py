@@ -32,7 +32,7 @@ import torch
 from ..config.train import TrainConfig
 from ..models.flat import FlatModel
 from ..models.scoring import cross_entropy
-from .local_sgd import LocalObjective
+from .local_sgd import LocalObjective, sgd_direction
 
 Params = dict[str, torch.Tensor]
 
@@ -151,16 +151,10 @@ class StackedTrainer:
                 norm = torch.sqrt(sum((g * g).reshape(k, -1).sum(dim=1) for g in grads.values()))
                 factor = torch.clamp(cfg.grad_clip / (norm + 1e-12), max=1.0)
                 grads = {n: g * _per_client(factor, g) for n, g in grads.items()}
-            if cfg.weight_decay:
-                grads = {n: g + cfg.weight_decay * params[n] for n, g in grads.items()}
-            if cfg.momentum:
-                new_v = {n: g.clone() for n, g in grads.items()} if velocity is None else \
-                    {n: cfg.momentum * velocity[n] + g for n, g in grads.items()}
-                step = {n: g + cfg.momentum * new_v[n] for n, g in grads.items()} if cfg.nesterov else new_v
+            step, new_v = sgd_direction(cfg, params, grads, velocity)
+            if cfg.momentum:  # a client that has taken all its steps keeps its velocity
                 velocity = new_v if velocity is None else \
                     {n: torch.where(_per_client(moving, v), v, velocity[n]) for n, v in new_v.items()}
-            else:
-                step = grads
             params = {n: torch.where(_per_client(moving, p), p - lr * step[n], p) for n, p in params.items()}
         counts_np = counts.cpu().numpy()
         losses_np = losses.cpu().numpy().astype(np.float64)
