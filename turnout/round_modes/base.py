@@ -34,6 +34,12 @@ class RoundMode(Stateful, Deployable, ABC):
     #: (staleness 0) whatever the algorithm
     timing: ClassVar[str] = "synchronous"
 
+    def __init_subclass__(cls, **kwargs):
+        """``cls.asynchronous``, derived from :attr:`timing`: for readers of the flag that came before it (scripts,
+        plugins); the loop and validation read the timing."""
+        super().__init_subclass__(**kwargs)
+        cls.asynchronous = cls.timing == "asynchronous"
+
     def launch_count(self, target: int) -> int:
         """How many clients to launch for ``target`` reports (over-commitment launches more)."""
         return target
