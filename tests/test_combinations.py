@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from turnout.sim.catalogue import registries
+from turnout.sim.timing import timing_for
 
 N, K = 24, 4
 #: options for components whose defaults do not fit a 24-client, 4-per-round world
@@ -79,7 +80,7 @@ def async_refusal(round_mode, selector, algorithm):
     """The key validation refuses (round mode, selector, algorithm) under, or None: asynchronous rounds need a
     selector that refills free slots and a server rule that takes reports from earlier cohorts."""
     regs = registries()
-    if not regs["round_mode"].get(round_mode).asynchronous:
+    if not timing_for(regs["round_mode"].get(round_mode)).mixes_cohorts:
         return None
     sel = regs["selector"].get(selector)
     if sel.cannot_fill_slots(sel.Config(**{k: v for k, v in block("selector", selector).items() if k != "name"})):

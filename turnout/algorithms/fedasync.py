@@ -2,8 +2,8 @@
 
 ``x ← (1 − α_τ) x + α_τ x_client`` with ``α_τ = α · s(τ)`` (FedAsync Algorithm 1 and §5.2; ``s`` in
 :mod:`turnout.algorithms.staleness`), where ``x_client = x_origin + Δ`` is the client's trained model,
-built on the version ``x_origin`` it downloaded ``τ`` updates ago — the engine keeps the versions that
-clients in flight hold (:mod:`turnout.world.versions`). FedAsync is the asynchronous round mode with
+built on the version ``x_origin`` it downloaded ``τ`` updates ago — each report in flight carries the
+version its client started from (:mod:`turnout.world.late`). FedAsync is the asynchronous round mode with
 ``buffer: 1``: each arrival is one server update. With a larger buffer the reports of a round are mixed
 in one after another, in arrival order. Selector weights are not used (FedAsync mixes one model at a time);
 ``max_staleness`` drops older reports on arrival. With ``α = 1`` and τ = 0 the server's model becomes the

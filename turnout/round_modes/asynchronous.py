@@ -53,7 +53,7 @@ class Asynchronous(RoundMode):
     """Keep C clients in flight; close a round (one server update) at the K-th arrival on the simulated clock."""
 
     Config = AsynchronousConfig
-    asynchronous: ClassVar[bool] = True
+    timing: ClassVar[str] = "asynchronous"
 
     @classmethod
     def needs_simulator(cls, cfg: AsynchronousConfig) -> WorldNeed | None:

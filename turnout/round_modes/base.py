@@ -27,10 +27,18 @@ class RoundMode(Stateful, Deployable, ABC):
     def __init__(self, cfg: BaseModel):
         self.cfg = cfg
 
-    #: the round closes on reports from earlier rounds too (asynchronous FL): the engine then hands
-    #: :meth:`close_in_flight` the arrival times of the reports still in flight, and a report that arrives
-    #: in the round its client started in is aggregated as fresh (staleness 0) whatever the algorithm
-    asynchronous: ClassVar[bool] = False
+    #: what the reports still in flight mean to a round, by name (:data:`turnout.sim.timing.TIMINGS`, chosen once
+    #: when the loop is built): ``"synchronous"`` closes on the launched cohort; ``"asynchronous"`` closes on
+    #: reports from earlier rounds too, handing :meth:`close_in_flight` the arrival times of the usable reports
+    #: still in flight, and a report that arrives in the round its client started in is aggregated as fresh
+    #: (staleness 0) whatever the algorithm
+    timing: ClassVar[str] = "synchronous"
+
+    def __init_subclass__(cls, **kwargs):
+        """``cls.asynchronous``, derived from :attr:`timing`: for readers of the flag that came before it (scripts,
+        plugins); the loop and validation read the timing."""
+        super().__init_subclass__(**kwargs)
+        cls.asynchronous = cls.timing == "asynchronous"
 
     def launch_count(self, target: int) -> int:
         """How many clients to launch for ``target`` reports (over-commitment launches more)."""

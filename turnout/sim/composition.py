@@ -29,6 +29,7 @@ from ..models.registry import model_traits
 from ..privacy.base import PrivacyContext
 from . import plugins
 from .catalogue import component_lists, registries
+from .timing import timing_for
 
 
 # ---- combination rules -----------------------------------------------------------------------
@@ -117,7 +118,7 @@ def asynchronous_rounds(exp: ResolvedExperiment, prefix: str) -> None:
     a selector must choose a cohort of any size, a server rule must take reports from earlier cohorts, and the
     buffer must fit in the concurrency."""
     mode = exp["round_mode"]
-    if not mode.cls.asynchronous:
+    if not timing_for(mode.cls, f"{prefix}round_mode.name").mixes_cohorts:
         return
     sel, algo = exp["selector"], exp["algorithm"]
     why = sel.cls.cannot_fill_slots(sel.cfg)
@@ -172,7 +173,7 @@ def privacy_protects_rule(exp: ResolvedExperiment, prefix: str) -> None:
             raise ConfigError(f"{prefix}secure_aggregation.name", sa.name,
                               f"masks every coordinate of a dense upload, so compressor {comp.name}'s message cannot "
                               "be summed under its masks; use compressor: none")
-        if exp["round_mode"].cls.asynchronous:
+        if timing_for(exp["round_mode"].cls, f"{prefix}round_mode.name").mixes_cohorts:
             raise ConfigError(f"{prefix}secure_aggregation.name", sa.name, "sums one cohort's masked inputs per "
                                                                           "round; asynchronous rounds mix cohorts")
 

@@ -52,11 +52,11 @@ from ..world.participation import ParticipationTracker
 from ..world.population import Population
 from ..world.probe import LossProbe
 from ..world.state_store import ClientStateStore
-from ..world.versions import ModelVersions
 from ..world.wire import WirePricer
 from .composition import BuildContext, Injected, Parts, compose
-from .phases import Accounted, Aggregated, Opened, Settled, Trained, asynchronous_columns, round_row
+from .phases import Accounted, Aggregated, Opened, Settled, Trained, round_row
 from .system_only import SystemOnlyWork
+from .timing import Timing, timing_for
 from .work import TrainedWork, TrainOrder, Work, finite_rows, held_reports, report_device, take_rows
 
 #: Server-side inputs handed to components that compare clients through the model's outputs.
@@ -97,7 +97,7 @@ class Simulation(Stateful):
     """
 
     state_attrs = ("next_round", "sim_time", "diverged_at", "global_model", "population", "ledger", "late",
-                   "lost", "versions", "participation", "store", "availability", "selector", "round_mode",
+                   "lost", "participation", "store", "availability", "selector", "round_mode",
                    "algorithm", "compressor", "privacy", "secure_aggregation")
 
     def __init__(self, exp: ResolvedExperiment, data: FederatedDataset, seed: int, scratch_dir=None,
@@ -128,9 +128,10 @@ class Simulation(Stateful):
         if self.trainer.device.type == "cuda":  # torch's switch is per process; the run's config sets it
             torch.backends.cudnn.benchmark = cfg.runtime.cudnn_benchmark
         self.ledger = CoordinateLedger(dim, cfg.rounds)
-        self.late = LateBuffer(dim if self.work.trains_model else 0)  # proxy reports carry no update values
+        self.late = LateBuffer(self.work.report_dim(dim))
         self.lost = LostTasks()  # doomed tasks still running: their devices are busy until their clients go offline
-        self.versions = ModelVersions()  # the models that reports in flight started from (rules that mix models)
+        #: what the reports in flight mean to a round, chosen once from the round mode (:mod:`turnout.sim.timing`)
+        self.timing: Timing = timing_for(type(self.round_mode))(self.algorithm)
         self.participation = ParticipationTracker(n)
         self.pricer: WirePricer = self.work.pricer(self)
         self.next_round = 0
@@ -158,8 +159,10 @@ class Simulation(Stateful):
         return self.global_model.params
 
     def load_state_dict(self, state: dict) -> None:
-        if "versions" not in state:  # a checkpoint from before asynchronous rounds: no version was held
-            state = {**state, "versions": ModelVersions().state_dict()}
+        if "models" not in state["late"]:  # a checkpoint from before parked reports carried their origin model
+            versions = state.get("versions", {"models": {}})  # held apart then (none before FedAsync's mixing)
+            state = {**{k: v for k, v in state.items() if k != "versions"},
+                     "late": {**state["late"], "models": dict(versions["models"])}}
         if "privacy" not in state:  # a checkpoint from before these seams: they were off
             state = {**state, "privacy": self.privacy.state_dict(),
                      "secure_aggregation": self.secure_aggregation.state_dict()}
@@ -209,8 +212,7 @@ class Simulation(Stateful):
         for r in range(self.next_round, end if self.diverged_at is None else self.next_round):
             with np.errstate(all="ignore"):  # a diverging model is reported below, not as numpy warnings
                 row = self.step(r)
-                if self.work.trains_model:
-                    self._evaluate(r, row)
+                self.work.evaluate(self, r, row)
             rows.append(row)
             self.next_round = r + 1
             record = RoundRecord(self.exp.variant, self.seed, r, MappingProxyType(row))
@@ -219,7 +221,7 @@ class Simulation(Stateful):
                 break
         return rows
 
-    def _evaluate(self, r: int, row: dict) -> None:
+    def evaluate(self, r: int, row: dict) -> None:
         """Server test accuracy and loss on evaluation rounds; a non-finite model or loss marks divergence."""
         cfg = self.exp.config
         if not bool(torch.isfinite(self.params).all()):
@@ -241,7 +243,6 @@ class Simulation(Stateful):
         """End the run: reports still in flight never reach the model, so their work is wasted."""
         self.work.end(self)
         left = self.late.pop_all()
-        self.versions.keep_only(())
         self.population.wasted_s[left.clients] += left.busy_s
         self.unused_late_s = float(left.busy_s.sum())
 
@@ -254,9 +255,7 @@ class Simulation(Stateful):
                    "vector_bytes": int(self.model.dim * VALUE_BYTES), **self.store.stats(),
                    **self.participation.summary(self.population.times_selected), **self.executor.summary(),
                    **({"diverged_at_round": self.diverged_at} if self.diverged_at is not None else {}),
-                   **self._aggregation_summary(), **private}
-        if not self.work.trains_model:
-            summary["system_only"] = True  # the run's summary.json spells out the proxy (PROXY_NOTE)
+                   **self._aggregation_summary(), **private, **self.work.summary(self)}
         return RunResult(self.exp.variant, self.seed, rows, {**self._client_columns(), **private_cols}, summary,
                          self.params)
 
@@ -285,21 +284,15 @@ class Simulation(Stateful):
         settled = self._settle(opened, trained)
         aggregated = self._aggregate(opened, trained, settled)
         accounted = self._account(opened, trained, settled, aggregated)
-        extra = self._component_metrics()
+        extra = self.work.component_columns(self)
         if settled.secagg is not None:
             extra = {**extra, **settled.secagg.columns()}
-        if self.round_mode.asynchronous:
-            extra = {**extra, **asynchronous_columns(settled, aggregated, in_flight=len(self.late))}
+        extra = {**extra, **self.timing.extra_columns(settled, aggregated, in_flight=len(self.late))}
         row = round_row(opened=opened, trained=trained, settled=settled, aggregated=aggregated, accounted=accounted,
-                        sim_time_s=self.sim_time, extra=extra)
+                        sim_time_s=self.sim_time, timed=self.timing.cohort_columns(trained, settled, aggregated),
+                        extra=extra)
         self.work.extend_row(self, row)
         return row
-
-    def _component_metrics(self) -> dict[str, object]:
-        """The selector's and (when a model is trained) the algorithm's own columns of this round's row."""
-        if not self.work.trains_model:  # the algorithm's columns describe a server rule that did not run
-            return self.selector.round_metrics()
-        return {**self.selector.round_metrics(), **self.algorithm.round_metrics(), **self.privacy.round_metrics()}
 
     def upload_bytes(self, payload: np.ndarray, replied: np.ndarray | None = None) -> np.ndarray:
         """What each client's upload costs: its payload plus the model's buffers; nothing for who did not reply."""
@@ -339,8 +332,7 @@ class Simulation(Stateful):
         train = self.exp.train
         lr = train.lr_schedule.lr(train.lr, r, self.exp.config.rounds)
         steps = train.steps_for(self.population.n_train[clients])
-        if self.work.trains_model:
-            self.algorithm.begin_round(r, clients, steps, lr)
+        self.work.begin_round(self, r, clients, steps, lr)
         self.compressor.begin_round(r, opened.cohort)
         done = self.work.train(self, opened, TrainOrder(lr=lr, steps=steps, down=down, synced_through=synced_through))
         up = self.upload_bytes(done.payload_up, done.replied)
@@ -356,16 +348,7 @@ class Simulation(Stateful):
         finish = self.pricer.delivery_s(clients, trained.down, result.samples, trained.up)
         dropped_at = self.availability.online_until(clients, r, t0) - t0
         mode = self.round_mode
-        # An asynchronous round closes at the K-th report the server rule can use (the max_staleness rule: a
-        # report too stale is dropped on arrival and does not count), or when the last one arrives or is lost.
-        # Tasks in flight that will bring nothing usable (a client that goes offline first, a report too stale)
-        # only end a round that has too few usable reports to wait for.
-        if mode.asynchronous:
-            usable = self._usable(r, self.late.origin_round)
-            in_flight_s = self.late.arrival_s[usable] - t0
-            lost_s = np.concatenate([self.lost.gone_s, self.late.arrival_s[~usable]]) - t0
-        else:
-            in_flight_s = lost_s = np.zeros(0)
+        in_flight_s, lost_s = self.timing.in_flight(r, t0, self.late, self.lost)  # what the close sees of them
         verdict = mode.close_in_flight(finish, dropped_at, cohort.target, in_flight_s, lost_s)
         duration = (verdict.duration_s if opened.size or len(in_flight_s) or len(lost_s) else mode.empty_round_s
                     ) + probe_s
@@ -384,34 +367,25 @@ class Simulation(Stateful):
         feedback = RoundFeedback(r, clients, agg, late, result.losses, result.samples, finish, verdict.busy_s,
                                  trained.decoded, duration)
         weights = np.asarray(self.selector.settle_weights(cohort, feedback), dtype=np.float64)
+        # a rule that mixes models (FedAsync) reads the model each parked report started from: version r
         self.late.add(r, clients[late], t0 + finish[late], take_rows(trained.decoded, late), weights[late],
-                      self.population.n_train[clients[late]], result.losses[late], verdict.busy_s[late])
+                      self.population.n_train[clients[late]], result.losses[late], verdict.busy_s[late],
+                      self.params if self.algorithm.reads_origin_models else None)
         # A launched client still computing at the close that will not deliver (it goes offline first, or its
         # report is rejected) keeps its device busy until then; a late one is busy in the late buffer.
         # (Compared with the round mode's own close, on its own clock: the slowest client of a round that waited for
         # it is never still running, whatever the rounding of the absolute times.) Held in every round mode
-        # (docs/algorithms/asynchronous.md, "Lost clients").
+        # (turnout.world.lost).
         busy = np.asarray(verdict.busy_s, np.float64)
         running = ~late & (busy > verdict.duration_s) & np.isfinite(busy)
         self.lost.add(clients[running], t0 + busy[running])
-        if self.algorithm.reads_origin_models and late.any():
-            self.versions.hold(r, self.params)  # version r, before this round's update
-        arrived = self.late.pop_arrived(t_end, mode.arrivals_taken(),
-                                        self._usable(r, self.late.origin_round) if mode.asynchronous else None)
-        stale_ok = self._usable(r, arrived.origin_round, asynchronous=mode.asynchronous)
+        arrived = self.timing.arrivals(r, t_end, self.late, mode.arrivals_taken())
+        stale_ok = self.timing.usable(r, arrived.origin_round)
         settled = Settled(finish_s=finish, dropped_at_s=dropped_at, verdict=verdict, aggregated=agg, late=late,
                           duration_s=duration, end_s=t_end, download_s=download_s, feedback=feedback, weights=weights,
                           arrived=arrived, stale_ok=stale_ok, compute_s=compute_s, upload_s=upload_s, secagg=secagg)
         self.work.settled(self, opened, trained, settled)
         return settled
-
-    def _usable(self, r: int, origin_round: np.ndarray, asynchronous: bool = True) -> np.ndarray:
-        """Which reports started in ``origin_round`` the server rule takes in round ``r``: a stale one when the rule
-        uses stale reports and it is at most ``max_staleness`` old; under an asynchronous round mode a report that
-        arrives in the round it started in is fresh, whatever the rule."""
-        age = r - np.asarray(origin_round, np.int64)
-        return ((np.full(len(age), self.algorithm.uses_stale_updates) & (age <= self.algorithm.max_staleness))
-                | (asynchronous & (age == 0)))
 
     def _aggregate(self, opened: Opened, trained: Trained, settled: Settled) -> Aggregated:
         """Fresh and stale reports as one batch; the work's server step; the selector learns."""
@@ -432,31 +406,11 @@ class Simulation(Stateful):
                           losses=np.concatenate([trained.result.losses[agg], arrived.losses[ok]]),
                           staleness=np.concatenate([np.zeros(len(fresh_clients), np.int64),
                                                     r - arrived.origin_round[ok]]),
-                          origin_models=self.versions.rows(
-                              np.concatenate([np.full(len(fresh_clients), r), arrived.origin_round[ok]]),
-                              (r, self.params)) if self.algorithm.reads_origin_models else None)
+                          origin_models=arrived.origin_rows(len(fresh_clients), self.params, ok)
+                          if self.algorithm.reads_origin_models else None)
         changed = self.work.aggregate(self, r, reports, trained, settled)
-        if len(self.versions):
-            self.versions.keep_only(self.late.origin_round)
-        self.selector.observe(self._arrivals_feedback(opened, trained, settled) if self.round_mode.asynchronous
-                              else settled.feedback)
+        self.selector.observe(self.timing.feedback(opened, trained, settled))
         return Aggregated(reports=reports, coords_changed=changed)
-
-    def _arrivals_feedback(self, opened: Opened, trained: Trained, settled: Settled) -> RoundFeedback:
-        """What a selector learns from an asynchronous round: the reports that arrived (their losses, sizes and
-        durations, whatever round launched them) and the clients of this launch that were lost. A launched client's
-        report is learnt from when it reaches the server, never at its launch."""
-        arrived, lost = settled.arrived, ~settled.late
-        n_lost = int(lost.sum())
-        return RoundFeedback(
-            opened.round, np.concatenate([arrived.clients, opened.clients[lost]]),
-            np.concatenate([settled.stale_ok, np.zeros(n_lost, bool)]), np.zeros(len(arrived) + n_lost, bool),
-            np.concatenate([arrived.losses, np.full(n_lost, np.nan)]),
-            np.concatenate([arrived.n_samples, trained.result.samples[lost]]),
-            np.concatenate([arrived.busy_s, settled.finish_s[lost]]),
-            np.concatenate([arrived.busy_s, settled.verdict.busy_s[lost]]),
-            torch.cat([arrived.updates, arrived.updates.new_zeros((n_lost, arrived.updates.shape[1]))]),
-            settled.duration_s)
 
     def _account(self, opened: Opened, trained: Trained, settled: Settled, aggregated: Aggregated) -> Accounted:
         """Per-client counters (an upload happens when the client delivers, on time or late) and τ(t)."""
@@ -494,13 +448,14 @@ class Simulation(Stateful):
         }
 
     def _client_columns(self) -> dict[str, np.ndarray]:
+        return {**self.population_columns(), **self.work.client_columns(self)}
+
+    def evaluate_clients(self) -> dict[str, np.ndarray]:
+        """Each client's test accuracy and loss under the evaluated model (``eval.per_client``)."""
         d = self.data
-        cols = self.population_columns()
-        if self.work.trains_model and self.exp.config.eval.per_client:
-            acc, loss = evaluate_many(self.model, self.algorithm.eval_params(self.params), self.buffers, d.x_test,
-                                      d.y_test, d.test_offsets, self.exp.config.eval.batch_size)
-            cols["n_test"], cols["test_accuracy"], cols["test_loss"] = d.n_test, acc, loss
-        return cols
+        acc, loss = evaluate_many(self.model, self.algorithm.eval_params(self.params), self.buffers, d.x_test,
+                                  d.y_test, d.test_offsets, self.exp.config.eval.batch_size)
+        return {"n_test": d.n_test, "test_accuracy": acc, "test_loss": loss}
 
 
 __all__ = ["RunResult", "Simulation", "build_model", "finite_rows"]

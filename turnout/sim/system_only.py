@@ -64,6 +64,25 @@ class SystemOnlyWork(Work):
         result = CohortResult(updates=nothing, losses=np.full(k, np.nan), samples=samples, buffers=[{}] * k)
         return WorkDone(result=result, decoded=nothing, payload_up=up)
 
+    def report_dim(self, dim: int) -> int:
+        return 0  # proxy reports carry no update values
+
+    def begin_round(self, sim, r: int, clients: np.ndarray, steps: np.ndarray, lr: float) -> None:
+        """No client rule runs."""
+
+    def evaluate(self, sim, r: int, row: dict) -> None:
+        """Nothing is evaluated: no model was trained."""
+
+    def component_columns(self, sim) -> dict[str, object]:
+        """The selector's columns only: the algorithm's describe a server rule that did not run."""
+        return sim.selector.round_metrics()
+
+    def client_columns(self, sim) -> dict[str, np.ndarray]:
+        return {}
+
+    def summary(self, sim) -> dict[str, object]:
+        return {"system_only": True}  # the run's summary.json spells out the proxy (PROXY_NOTE)
+
     def aggregate(self, sim, r: int, reports: Reports, trained: Trained, settled: Settled) -> int:
         """An aggregating round changes every coordinate: recorded in O(rounds), as a trained dense step is
         (:func:`~turnout.sim.work.record_step`), never as an index array of the model's size."""

@@ -10,6 +10,10 @@ buffer and the counters, and writes the row. A :class:`Work` decides only what d
   client rule; a count of the samples local SGD would process; instructions sent to devices);
 * :meth:`Work.aggregate` — what the server makes of the reports (the server rule; a dense change);
 * :meth:`Work.pricer` — how seconds and bytes are priced (the device model; a deployment's clock);
+* whether a model is trained, as what the loop asks of it: the width of a parked report
+  (:meth:`Work.report_dim`), the algorithm's client hooks (:meth:`Work.begin_round`), evaluation
+  (:meth:`Work.evaluate`, :meth:`Work.client_columns`), the components' row columns
+  (:meth:`Work.component_columns`) and the summary's note (:meth:`Work.summary`) — the loop reads no flag;
 * the hooks :meth:`Work.attach`, :meth:`Work.start_round`, :meth:`Work.settle`, :meth:`Work.settled`,
   :meth:`Work.extend_row` and :meth:`Work.end`, which do nothing unless a deployment needs them.
 """
@@ -58,8 +62,8 @@ class WorkDone:
 class Work(ABC):
     """How a round's client work is produced and aggregated; the loop calls it, it never runs the loop."""
 
-    #: Whether a model is trained: the algorithm's client hooks run, the model is evaluated, late
-    #: reports carry update values, and the algorithm's own columns go into the row.
+    #: Whether a model is trained (the reports are update values the training device may keep); what the loop
+    #: does differently without one, it asks of the hooks below.
     trains_model: ClassVar[bool] = True
 
     def pricer(self, sim: Simulation) -> WirePricer:
@@ -69,6 +73,31 @@ class Work(ABC):
 
     def attach(self, sim: Simulation) -> None:  # noqa: B027 (a hook)
         """Called once, when the loop that will call this work is built."""
+
+    # ---- what training a model means to the loop (the system-only proxy says otherwise) ------------
+    def report_dim(self, dim: int) -> int:
+        """How many values a parked (late) report carries: the model's ``dim``."""
+        return dim
+
+    def begin_round(self, sim: Simulation, r: int, clients: np.ndarray, steps: np.ndarray, lr: float) -> None:
+        """Before the cohort works: the algorithm's client rule learns who trains, how long, at which lr."""
+        sim.algorithm.begin_round(r, clients, steps, lr)
+
+    def evaluate(self, sim: Simulation, r: int, row: dict) -> None:
+        """After round ``r``: the server's evaluation (accuracy, loss; divergence) into its row."""
+        sim.evaluate(r, row)
+
+    def component_columns(self, sim: Simulation) -> dict[str, object]:
+        """The selector's, the algorithm's and the privacy seam's own columns of the round's row."""
+        return {**sim.selector.round_metrics(), **sim.algorithm.round_metrics(), **sim.privacy.round_metrics()}
+
+    def client_columns(self, sim: Simulation) -> dict[str, np.ndarray]:
+        """``clients.csv``'s evaluation columns (when ``eval.per_client`` asks for them)."""
+        return sim.evaluate_clients() if sim.exp.config.eval.per_client else {}
+
+    def summary(self, sim: Simulation) -> dict[str, object]:
+        """What this kind of run adds to the run's summary (nothing for a trained run)."""
+        return {}
 
     def start_round(self, sim: Simulation, r: int) -> float:
         """When round ``r`` opens, in simulated seconds (a deployment may read its wall clock)."""

@@ -6,11 +6,17 @@ the round it started from (physically consistent staleness; notes:
 ``docs/algorithms/world.md#late-reports``). Algorithms that do not use stale updates drop it on
 arrival, and its client-seconds become waste. While a report is in flight the device is busy, so
 the engine does not launch it again.
+
+A rule that mixes models (FedAsync: ``x ← (1 − α) x + α (x_origin + Δ)``) needs the model each report's
+client downloaded: a parked report then carries its origin model by reference — one copy per round that
+parked a report, shared by that round's reports and forgotten when the last of them leaves the buffer (never
+more than the concurrency C; the run's pre-flight says how much memory that is).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -29,15 +35,26 @@ class Arrived:
     n_samples: np.ndarray
     losses: np.ndarray
     busy_s: np.ndarray
+    #: the model each report's client started from (shared references), or ``None`` when none was held
+    origin_models: Sequence[torch.Tensor] | None = None
 
     def __len__(self) -> int:
         return len(self.clients)
+
+    def origin_rows(self, fresh: int, current: torch.Tensor, taken: np.ndarray) -> torch.Tensor:
+        """The models one aggregation's reports started from, one row each: ``fresh`` reports of the round's own
+        cohort (they started from ``current``), then the arrivals ``taken`` selects."""
+        rows = [current] * fresh + [self.origin_models[i] for i in np.flatnonzero(taken)]
+        if not rows:
+            return torch.zeros((0, current.numel()), dtype=current.dtype)
+        return torch.stack(rows)
 
 
 class LateBuffer(Stateful):
     """Struct-of-arrays store of in-flight reports."""
 
-    state_attrs = ("clients", "origin_round", "arrival_s", "weights", "n_samples", "losses", "busy_s", "updates")
+    state_attrs = ("clients", "origin_round", "arrival_s", "weights", "n_samples", "losses", "busy_s", "updates",
+                   "models")
 
     def __init__(self, dim: int):
         self.dim = dim
@@ -49,6 +66,8 @@ class LateBuffer(Stateful):
         self.losses = np.zeros(0, np.float64)
         self.busy_s = np.zeros(0, np.float64)
         self.updates = torch.zeros((0, dim))
+        #: origin round → the model its parked reports started from (held only when ``add`` is handed it)
+        self.models: dict[int, torch.Tensor] = {}
 
     def __len__(self) -> int:
         return len(self.clients)
@@ -57,9 +76,13 @@ class LateBuffer(Stateful):
         return self.clients
 
     def add(self, round: int, clients: np.ndarray, arrival_s: np.ndarray, updates: torch.Tensor,
-            weights: np.ndarray, n_samples: np.ndarray, losses: np.ndarray, busy_s: np.ndarray) -> None:
+            weights: np.ndarray, n_samples: np.ndarray, losses: np.ndarray, busy_s: np.ndarray,
+            origin_model: torch.Tensor | None = None) -> None:
+        """Park reports started in ``round``; with ``origin_model`` (the model they downloaded) they carry it."""
         if len(clients) == 0:
             return
+        if origin_model is not None and int(round) not in self.models:
+            self.models[int(round)] = origin_model.detach().cpu().clone()  # the global model is replaced, not copied
         self.clients = np.concatenate([self.clients, clients])
         self.origin_round = np.concatenate([self.origin_round, np.full(len(clients), round, np.int64)])
         self.arrival_s = np.concatenate([self.arrival_s, arrival_s])
@@ -115,11 +138,15 @@ class LateBuffer(Stateful):
         idx = np.flatnonzero(mask)
         idx = idx[np.argsort(self.arrival_s[idx], kind="stable")]
         out = Arrived(self.clients[idx], self.origin_round[idx], self.updates[torch.from_numpy(idx)],
-                      self.weights[idx], self.n_samples[idx], self.losses[idx], self.busy_s[idx])
+                      self.weights[idx], self.n_samples[idx], self.losses[idx], self.busy_s[idx],
+                      [self.models[int(o)] for o in self.origin_round[idx]] if self.models else None)
         keep = ~mask
         keep_t = torch.from_numpy(keep)
         self.clients, self.origin_round = self.clients[keep], self.origin_round[keep]
         self.arrival_s, self.weights = self.arrival_s[keep], self.weights[keep]
         self.n_samples, self.losses, self.busy_s = self.n_samples[keep], self.losses[keep], self.busy_s[keep]
         self.updates = self.updates[keep_t]
+        if self.models:  # a model no parked report started from any more is forgotten
+            held = set(self.origin_round.tolist())
+            self.models = {o: m for o, m in self.models.items() if o in held}
         return out
