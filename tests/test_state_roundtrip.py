@@ -212,3 +212,43 @@ def test_numpy_scalars_round_trip_with_their_type_even_when_infinite():
     assert type(back["t_pref"]) is np.float64 and back["t_pref"] == np.inf
     assert type(back["calls"]) is np.int64 and back["calls"] == 3
     assert back["plain"] == -math.inf and back["x"] == 0.5
+
+
+# ---- a checkpoint written before the server step was one component ---------------------------------
+#: rules whose moments lived in the rule itself then: FedAvg's server momentum (``momentum_buf``), FedYogi's
+#: moments (``opt``), and a rule without any (MIFA: the checkpoint had no server-step entry at all)
+BEFORE_SERVER_STEP = {"fedavg_momentum": ({"name": "fedavg", "server_momentum": 0.5}, "momentum_buf"),
+                      "fedyogi": ({"name": "fedyogi"}, "opt"), "mifa": ({"name": "mifa"}, None)}
+
+
+def _old_layout(algorithm_state: dict, key: str | None) -> dict:
+    old = {k: v for k, v in algorithm_state.items() if k != "server_step"}
+    step = algorithm_state["server_step"]
+    if key == "momentum_buf":
+        assert step["m"] is not None and step["v"] is None
+        old[key] = step["m"]
+    elif key == "opt":
+        assert step["m"] is not None and step["v"] is not None
+        old[key] = {"m": step["m"], "v": step["v"]}
+    else:
+        assert step["m"] is None and step["v"] is None
+    return old
+
+
+@pytest.mark.parametrize("case", list(BEFORE_SERVER_STEP))
+def test_a_checkpoint_from_before_the_server_step_component_resumes_bit_for_bit(case, build_simulation, tmp_path):
+    algorithm, key = BEFORE_SERVER_STEP[case]
+    raw = copy.deepcopy({**BASE, "algorithm": algorithm})
+    full = build_simulation(raw, scratch_dir=tmp_path / "full").run()
+    first = build_simulation(raw, scratch_dir=tmp_path / "first")
+    head = first.advance(until=SPLIT)
+    state = first.state_dict()
+    first.release()
+    state["algorithm"] = _old_layout(state["algorithm"], key)
+    second = build_simulation(raw, scratch_dir=tmp_path / "second")
+    second.load_state_dict(through_disk(state))
+    tail = second.advance()
+    second.finish()
+    rows_equal(head + tail, full.rounds)
+    assert torch.equal(second.result(head + tail).final_params, full.final_params)
+    second.release()

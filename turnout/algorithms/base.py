@@ -24,7 +24,7 @@ from ..core.registry import Registry
 from ..core.state import Stateful
 from ..training.local_sgd import LocalObjective
 from ..world.state_store import ClientStateStore
-from .server_step import Direction, ServerStep, ServerStepConfig, ServerStepOption
+from .server_step import Direction, ServerStep, ServerStepConfig, ServerStepOption, moments_into_server_step
 
 ALGORITHMS: Registry = Registry("algorithm", "client rule + server rule + their state")
 
@@ -115,6 +115,10 @@ class Algorithm(Stateful, Deployable, ABC):
         #: how the rule's direction becomes the next model (:mod:`turnout.algorithms.server_step`): the config's
         #: ``server_step`` option, or plain SGD with η_g = 1 for a config without one (a plugin's own options)
         self.server_step = ServerStep(cfg.step_config() if isinstance(cfg, ServerStepOption) else ServerStepConfig())
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a checkpoint; one written before the server step was a component resumes too."""
+        super().load_state_dict(state if "server_step" in state else moments_into_server_step(state))
 
     @classmethod
     def upload_kind(cls, cfg: BaseModel) -> UploadKind:

@@ -308,6 +308,17 @@ class ServerStep(Stateful):
         return cfg.lr_at(round) * self.m / (torch.sqrt(self.v) + cfg.tau)
 
 
+def moments_into_server_step(state: dict) -> dict:
+    """A rule's checkpointed state from before the server step was one component, in today's layout: the moments
+    the rule kept itself — ``momentum_buf`` (FedAvg's and FedBuff's server momentum) and ``opt`` (the Adam / Yogi
+    moments of FedAdam, FedYogi, FedBuff and REFL's stale-aware rule) — become the step's ``m`` and ``v``, which
+    follow the same recurrences; a rule that kept none gets a step without moments. So such a run resumes."""
+    state = dict(state)
+    buf, opt = state.pop("momentum_buf", None), state.pop("opt", None) or {}
+    state["server_step"] = {"m": buf if buf is not None else opt.get("m"), "v": opt.get("v")}
+    return state
+
+
 __all__ = ["ADAPTIVE", "AdaptiveOptions", "AdaptiveServerConfig", "Direction", "ServerLRConfig", "ServerLRSchedule",
            "ServerOptimizer", "ServerOptimizerOption", "ServerStep", "ServerStepConfig", "ServerStepOption",
-           "Transform"]
+           "Transform", "moments_into_server_step"]
