@@ -23,7 +23,7 @@ Conventions shared by every mode here (our choices where paper and code leave ro
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, field_validator
@@ -111,6 +111,18 @@ def _data_sizes(world: WorldContext) -> np.ndarray:
     return np.maximum(np.asarray(world.n_train, dtype=np.float64), 1.0)
 
 
+class _DataSizeBias(_StaticBernoulli):
+    """p_i = n_i^(±β) / max_j n_j^(±β): online more often the more (``sign`` +1, MDF) or the less (−1, LDF) data."""
+
+    sign: ClassVar[float]
+
+    def __init__(self, cfg, world: WorldContext):
+        super().__init__(cfg, world)
+        self.resample_empty = cfg.resample_empty
+        x = _data_sizes(world) ** (self.sign * cfg.beta)  # ±1·β is β or −β exactly: the same bits as before
+        self._p = x / x.max() if len(x) else x
+
+
 def _label_presence(world: WorldContext) -> np.ndarray:
     """(N, L) bool: does client i hold label y in its training data."""
     hist = np.asarray(world.label_hist)
@@ -161,7 +173,7 @@ class Ideal(AlwaysAvailable):
 
 
 @AVAILABILITY.register("mdf")
-class MoreDataFirst(_StaticBernoulli):
+class MoreDataFirst(_DataSizeBias):
     """FedGS MDF-β: p_i = n_i^β / max_j n_j^β (clients with more data are online more often)."""
 
     class Config(StrictModel):
@@ -169,26 +181,18 @@ class MoreDataFirst(_StaticBernoulli):
         beta: float = _beta_field(0.7, le=MAX_EXPONENT, doc="0 ≤ β ≤ 30: exponent on the local data size")
         resample_empty: bool = Field(True, description=_RESAMPLE_DOC)
 
-    def __init__(self, cfg: Config, world: WorldContext):
-        super().__init__(cfg, world)
-        self.resample_empty = cfg.resample_empty
-        x = _data_sizes(world) ** cfg.beta
-        self._p = x / x.max() if len(x) else x
+    sign = 1.0
 
 
 @AVAILABILITY.register("ldf")
-class LessDataFirst(_StaticBernoulli):
+class LessDataFirst(_DataSizeBias):
     """FedGS LDF-β: p_i = n_i^−β / max_j n_j^−β (clients with less data are online more often)."""
 
     class Config(StrictModel):
         beta: float = _beta_field(0.7, le=MAX_EXPONENT, doc="0 ≤ β ≤ 30: exponent on the inverse local data size")
         resample_empty: bool = Field(True, description=_RESAMPLE_DOC)
 
-    def __init__(self, cfg: Config, world: WorldContext):
-        super().__init__(cfg, world)
-        self.resample_empty = cfg.resample_empty
-        x = _data_sizes(world) ** (-cfg.beta)
-        self._p = x / x.max() if len(x) else x
+    sign = -1.0
 
 
 @AVAILABILITY.register("ymf")
