@@ -25,6 +25,7 @@ empty (the model is then left unchanged).
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from typing import Literal, Optional
 
 import numpy as np
@@ -227,8 +228,9 @@ class _BlockOptions(StrictModel):
 class _Blocks(Availability):
     """Block participation (Cases 3 and 4): the clients of the round's :meth:`block` are available, no one else."""
 
+    @abstractmethod
     def block(self, round: int) -> np.ndarray:
-        raise NotImplementedError
+        """The clients available in ``round``."""
 
     def available(self, round: int, time_s: float) -> np.ndarray:
         mask = np.zeros(self.num_clients, dtype=bool)
