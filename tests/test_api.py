@@ -144,3 +144,13 @@ def test_the_api_example_runs_and_draws_its_curve(tmp_path):
     png = tmp_path / "ex" / "accuracy_vs_mb.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert "4 of 4 units finished" in r.stdout and "final_accuracy" in r.stdout
+
+
+def test_variants_runs_only_the_named_ones_with_the_numbers_of_the_whole_run(finished, tmp_path):
+    only = turnout.run(copy.deepcopy(EXP), out=tmp_path / "k8", quiet=True, variants=["K=8"])
+    assert list(only.units["variant"]) == ["K=8", "K=8"]
+    whole = finished.rounds[finished.rounds["variant"] == "K=8"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(only.rounds.reset_index(drop=True), whole)
+    with pytest.raises(ConfigError, match="--variant"):
+        turnout.run(copy.deepcopy(EXP), out=tmp_path / "bad", quiet=True, variants=["K=5"])
+    assert not (tmp_path / "bad").exists()

@@ -68,7 +68,8 @@ class Results:
 
 def run(experiment, overrides: Mapping[str, Any] | Iterable[str] | None = None, out: str | Path | None = None,
         jobs: int = 1, backend: str = "local", quiet: bool = False, plugins: Iterable[str] = (),
-        no_train: bool = False, address: str | None = None, retries: int = 2) -> Results:
+        no_train: bool = False, address: str | None = None, retries: int = 2,
+        variants: Iterable[str] = ()) -> Results:
     """Run every variant × seed of ``experiment`` into a new run folder and return its :class:`Results`.
 
     ``experiment``: a YAML path, an experiment dict (as the file would hold), or a list of
@@ -76,7 +77,8 @@ def run(experiment, overrides: Mapping[str, Any] | Iterable[str] | None = None, 
     ``overrides``: ``{"selector.clients_per_round": 20}`` or ``["selector.clients_per_round=20"]``
     (``--set``). ``out``: the new run folder (default ``runs/NAME-TIMESTAMP-xxxx``). ``jobs`` > 1 runs
     units in worker processes; ``backend="ray"`` on Ray. ``plugins`` and ``no_train`` are
-    ``--plugin`` and ``--no-train``. Bad input raises :class:`~turnout.core.errors.ConfigError`.
+    ``--plugin`` and ``--no-train``; ``variants`` names the variants to run (``--variant``; empty: all). Bad input
+    raises :class:`~turnout.core.errors.ConfigError`.
     """
     if int(jobs) < 1:
         raise ConfigError("jobs", jobs, "must be >= 1")
@@ -89,18 +91,18 @@ def run(experiment, overrides: Mapping[str, Any] | Iterable[str] | None = None, 
     over = _overrides(overrides)
     if no_train:
         over["no_train"] = True
-    doc = {"raw": raw, "overrides": over, "only": None}
-    variants = expand_experiment(doc, expand)
-    target = Path(out) if out is not None else default_out_dir(variants[0].config.name)
+    doc = {"raw": raw, "overrides": over, "only": list(variants) or None}
+    resolved = expand_experiment(doc, expand)
+    target = Path(out) if out is not None else default_out_dir(resolved[0].config.name)
     check_out(target, "out")
     runner = make_backend(backend, int(jobs), int(retries), address)
-    runner.warm(units_in(variants))  # workers start while the datasets are built
+    runner.warm(units_in(resolved))  # workers start while the datasets are built
     try:
-        opened = open_experiment(variants, doc, out=target, expand=expand)
+        opened = open_experiment(resolved, doc, out=target, expand=expand)
     except BaseException:
         runner.close()
         raise
-    quiet = quiet or not variants[0].config.output.progress
+    quiet = quiet or not resolved[0].config.output.progress
     with ProgressBar(disable=quiet) as bar:
         (folder, _), = run_opened([opened], runner, bar)
     return load(folder)

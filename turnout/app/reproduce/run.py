@@ -140,24 +140,10 @@ def run_slice(page: Page, tuned: dict, rounds: int, out: Path, env: dict[str, st
 
 
 def _run_here(setting: Setting, sets: tuple[str, ...], only: list[str], out: Path) -> None:
-    """``turnout run CONFIG --set ... [--variant ...] --out OUT`` in this process, one unit after another."""
-    # imported here: a run loads every component's registry (torch among them)
-    from ...config.loader import parse_override, read_yaml
-    from ...runs.experiment import expand_experiment, make_backend, open_experiment, run_opened
-    from ...runs.progress import ProgressBar
-    from ...sim.composition import expand
+    """``turnout run CONFIG --set ... [--variant ...] --out OUT`` in this process (the Python API's run)."""
+    from ..api import run  # imported here: a run loads every component's registry (torch among them)
 
-    experiment = {"raw": read_yaml(setting.path), "overrides": dict(parse_override(s) for s in sets),
-                  "only": only or None}
-    variants = expand_experiment(experiment, expand)
-    backend = make_backend("local", 1, 0, None)
-    try:
-        opened = open_experiment(variants, experiment, out=out, expand=expand)
-    except BaseException:
-        backend.close()
-        raise
-    with ProgressBar(disable=True) as bar:
-        run_opened([opened], backend, bar)
+    run(setting.path, list(sets), out=out, quiet=True, variants=only)
 
 
 def slice_numbers(out: Path) -> dict[str, dict]:
