@@ -13,7 +13,8 @@ closed (:class:`~turnout.world.late.LateBuffer`). What a round then makes of the
   is in flight; the round mode closes on the usable reports in flight (:meth:`RoundMode.close_in_flight
   <turnout.round_modes.base.RoundMode.close_in_flight>`), a report arriving in the round it started in is
   fresh whatever the rule, the selector learns from what arrived, and the row describes the reports aggregated
-  (their staleness) instead of one cohort.
+  (their staleness) instead of one cohort. With ``round_mode.refill: arrival`` it also refills the free slots at
+  the round's first K − 1 arrivals (:meth:`AsynchronousTiming.refill`, FedBuff's Algorithm 1).
 
 A third timing (semi-asynchronous or tiered FL) is one more subclass registered here, named by its round
 mode's ``timing``; the loop does not change (``ARCHITECTURE.md``, "Timing").
