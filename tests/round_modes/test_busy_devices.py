@@ -181,6 +181,23 @@ def test_no_device_runs_two_tasks_at_once_in_random_worlds(mode):
     holds()
 
 
+def test_refilling_at_arrivals_keeps_devices_single_tasked_on_the_parallel_executor_in_random_worlds():
+    """4 worlds, 8 rounds each: the parallel executor launches the same tasks as the sequential one, and none twice."""
+
+    @settings(max_examples=4, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(worlds("async_arrival"))
+    def holds(world):
+        rm, sessions, per_sample, c = world
+        sim, rows, tasks = run_world(rm, sessions, per_sample, c=c, rounds=8, algorithm="fedbuff",
+                                     executor={"name": "parallel", "workers": 2})
+        _, seq_rows, seq_tasks = run_world(rm, sessions, per_sample, c=c, rounds=8, algorithm="fedbuff")
+        assert violations(sim, tasks, sessions) == [] and tasks == seq_tasks
+        assert repr(rows) == repr(seq_rows)
+
+    holds()
+
+
 @pytest.mark.parametrize("round_mode", [
     {"name": "async", "buffer": 1}, {"name": "async", "buffer": 2, "refill": "arrival"},
     {"name": "deadline", "deadline_s": 2.5},
