@@ -150,7 +150,7 @@ def config(**blocks) -> dict:
     return raw
 
 
-def test_a_compressor_that_keeps_the_rounds_cohort_is_refused():
+def test_a_compressor_that_keeps_the_rounds_cohort_and_privacy_are_refused():
     with pytest.raises(ConfigError) as e:
         expand(config(compressor={"name": "topk"}))
     assert e.value.key == "compressor.name" and "round_mode.refill: update" in str(e.value)
@@ -158,6 +158,9 @@ def test_a_compressor_that_keeps_the_rounds_cohort_is_refused():
     expand(config(compressor={"name": "topk"}, round_mode={"name": "async", "buffer": 3}))  # refill: update
     expand(config(compressor={"name": "topk"}, round_mode={"name": "async", "buffer": 1, "refill": "arrival"}))
     expand(config(compressor={"name": "quant8"}))
+    with pytest.raises(ConfigError) as e:  # an accountant of one selection a round
+        expand(config(algorithm={"name": "fedavg"}, privacy={"name": "gaussian"}))
+    assert e.value.key == "privacy.name" and "round_mode.refill: update" in str(e.value)
 
 
 # ---- streams, executors, resume --------------------------------------------------------------------------------

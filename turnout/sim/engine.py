@@ -36,7 +36,7 @@ from ..core import rng as rngmod
 from ..core.device import resolve_device
 from ..core.errors import ConfigError
 from ..core.observers import Observer, Observers, RoundRecord, RunEnd, RunStart
-from ..core.records import HeldReports, Reports, RoundFeedback, SelectionContext
+from ..core.records import HeldReports, Reports, RoundClose, RoundFeedback, SelectionContext
 from ..core.state import Stateful
 from ..core.wire import VALUE_BYTES
 from ..data.federated import FederatedDataset
@@ -436,7 +436,7 @@ class Simulation(Stateful):
                       self.params if self.algorithm.reads_origin_models else None)
 
     @staticmethod
-    def _delivered(verdict, delivers: np.ndarray, trained: Trained) -> tuple[np.ndarray, np.ndarray]:
+    def _delivered(verdict: RoundClose, delivers: np.ndarray, trained: Trained) -> tuple[np.ndarray, np.ndarray]:
         """What each launched client uploads (a report delivered, on time or late, or one rejected on arrival) and the
         seconds it works for nothing (late work is judged when it arrives)."""
         delivered_up = np.where(delivers | (trained.rejected & (verdict.aggregated | verdict.late)), trained.up, 0)
