@@ -87,6 +87,9 @@ class Tasks(TrainedWork):
     def settled(self, sim, opened, trained, settled):
         t0 = opened.train_start_s
         self.tasks += [(int(c), t0, t0 + float(b)) for c, b in zip(opened.clients, settled.verdict.busy_s)]
+        more = settled.refilled.launched  # launched between the open and the close (refill: arrival)
+        self.tasks += [(int(c), float(s), float(s) + float(b)) for c, s, b in zip(more.clients, more.start_s,
+                                                                                 more.busy_s)]
 
 
 _DATA: dict[tuple[int, int], object] = {}  # the synthetic population of (n clients, seed), built once
@@ -151,14 +154,15 @@ def worlds(draw, mode: str):
           "deadline": lambda: {"name": "deadline", "deadline_s": draw(st.sampled_from([1.5, 2.0, 3.0])),
                                "keep_late": draw(st.booleans())},
           "over_commit": lambda: {"name": "over_commit", "oc": 2.0, "keep_stragglers": draw(st.booleans())},
-          "async": lambda: {"name": "async", "buffer": draw(st.integers(1, c))}}[mode]()
+          "async": lambda: {"name": "async", "buffer": draw(st.integers(1, c))},
+          "async_arrival": lambda: {"name": "async", "buffer": draw(st.integers(1, c)), "refill": "arrival"}}[mode]()
     return rm, sessions, per_sample, c
 
 
 #: the synchronous modes' share of the fix is held back until the REFL pages it moves are regenerated with it
 #: (docs/algorithms/asynchronous.md, "Lost clients"): strict xfail, so the day the engine holds them busy these
 #: tests fail as "unexpectedly passing" and are switched back on
-MODES = ["wait_all", "deadline", "over_commit", "async"]
+MODES = ["wait_all", "deadline", "over_commit", "async", "async_arrival"]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -171,14 +175,32 @@ def test_no_device_runs_two_tasks_at_once_in_random_worlds(mode):
     def holds(world):
         rm, sessions, per_sample, c = world
         sim, _, tasks = run_world(rm, sessions, per_sample, c=c, rounds=8,
-                                  algorithm="fedbuff" if mode == "async" else "fedavg")
+                                  algorithm="fedbuff" if mode.startswith("async") else "fedavg")
         assert violations(sim, tasks, sessions) == []
 
     holds()
 
 
+def test_refilling_at_arrivals_keeps_devices_single_tasked_on_the_parallel_executor_in_random_worlds():
+    """4 worlds, 8 rounds each: the parallel executor launches the same tasks as the sequential one, and none twice."""
+
+    @settings(max_examples=4, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(worlds("async_arrival"))
+    def holds(world):
+        rm, sessions, per_sample, c = world
+        sim, rows, tasks = run_world(rm, sessions, per_sample, c=c, rounds=8, algorithm="fedbuff",
+                                     executor={"name": "parallel", "workers": 2})
+        _, seq_rows, seq_tasks = run_world(rm, sessions, per_sample, c=c, rounds=8, algorithm="fedbuff")
+        assert violations(sim, tasks, sessions) == [] and tasks == seq_tasks
+        assert repr(rows) == repr(seq_rows)
+
+    holds()
+
+
 @pytest.mark.parametrize("round_mode", [
-    {"name": "async", "buffer": 1}, {"name": "deadline", "deadline_s": 2.5},
+    {"name": "async", "buffer": 1}, {"name": "async", "buffer": 2, "refill": "arrival"},
+    {"name": "deadline", "deadline_s": 2.5},
     {"name": "over_commit", "oc": 2.0, "keep_stragglers": True}])
 def test_the_parallel_executor_keeps_devices_single_tasked(round_mode):
     algorithm = "fedbuff" if round_mode["name"] == "async" else "fedavg"

@@ -69,6 +69,12 @@ class Compressor(Stateful, Deployable, ABC):
     def begin_round(self, round: int, cohort: Cohort) -> None:
         """Called after selection with the cohort (weights, and tags such as GlueFL's ``sticky``). Default: nothing."""
 
+    @classmethod
+    def keeps_round_cohort(cls) -> bool:
+        """Whether it keeps the round's one launched cohort (it overrides :meth:`begin_round`): a round that launches
+        several (``round_mode.refill: arrival``) would leave it the last one's weights."""
+        return cls.begin_round is not Compressor.begin_round
+
     @abstractmethod
     def encode_uploads(self, round: int, clients: np.ndarray, updates: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
         """(what the server decodes, bytes sent per client) for a batch of client updates ``(k, dim)``."""

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Callable, Mapping
 import numpy as np
 import torch
 
+from .rng import launch_round
+
 if TYPE_CHECKING:
     from ..availability.base import Availability
     from ..world.context import WorldContext
@@ -240,6 +242,15 @@ class ClientBatch:
     #: the executor may keep the reports where it trained them and return a :class:`HeldReports` (only when
     #: every component reads them through a weighted sum alone: :func:`turnout.sim.work.held_reports`)
     hold_reports: bool = False
+    #: which launch of the round this is: 0 at the round's open, 1, 2, … for the slots an asynchronous round
+    #: refills at arrivals (``round_mode.refill: arrival``); it keys the minibatch streams (:attr:`stream_round`)
+    launch: int = 0
+
+    @property
+    def stream_round(self) -> int:
+        """The round key of this batch's ``(seed, "batches", round, client)`` streams
+        (:func:`turnout.core.rng.launch_round`)."""
+        return launch_round(self.round, self.launch)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,14 @@ def seed_sequence(seed: int, purpose: str, round: int = NONE, client: int = NONE
     return np.random.SeedSequence([seed, _purpose_key(purpose), int(round), int(client)])
 
 
+def launch_round(round: int, launch: int = 0) -> int:
+    """The round key of the streams of launch ``launch`` of round ``round``: ``round`` itself for the launch at the
+    round's open (0), a key no other (round, launch) has for a later one (an asynchronous round that refills a slot
+    at each arrival launches several cohorts in one round; a client picked twice in a round must not replay the
+    same minibatches). ``SeedSequence`` spreads a key above 2^32 over two words, so it meets no plain round."""
+    return int(round) if not launch else int(round) + (int(launch) << 32)
+
+
 def stream(seed: int, purpose: str, round: int = NONE, client: int = NONE) -> np.random.Generator:
     """An independent numpy generator for one (seed, purpose, round, client)."""
     return np.random.Generator(np.random.PCG64(seed_sequence(seed, purpose, round, client)))

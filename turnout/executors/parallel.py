@@ -256,7 +256,7 @@ class ParallelExecutor(Executor):
             size = chunk_size(len(todo), workers)
             chunk = [todo.pop() for _ in range(min(size, len(todo)))]
             what = f"training round {batch.round}'s clients {[t[1] for t in chunk]}"
-            pool.send(i, ("train", batch.round, batch.seed, batch.lr, batch.buffers, chunk), what)
+            pool.send(i, ("train", batch.stream_round, batch.seed, batch.lr, batch.buffers, chunk), what)
             pending[i] = what
 
         for i in range(workers):

@@ -159,7 +159,7 @@ class RayHeldReports(HeldReports):
         again and asked again. Returns chunk index → reply; the seconds count as the round's overhead."""
         ray = _ray()
         t0 = time.perf_counter()
-        key, r = self.executor._generation, self.batch.round
+        key, r = self.executor._generation, self.batch.stream_round
         out: dict[int, object] = {}
         left = sorted(args)
         while left:
@@ -380,7 +380,7 @@ class RayExecutor(Executor):
                 if self._loaded.get(slot) != self._generation:
                     actor.load.remote(self._generation, *self._refs)  # runs before the train call (same caller)
                     self._loaded[slot] = self._generation
-                ref = actor.train.remote(self._generation, batch.round, batch.seed, batch.lr, buffers, g_arg,
+                ref = actor.train.remote(self._generation, batch.stream_round, batch.seed, batch.lr, buffers, g_arg,
                                          chunk.tasks, hold)
                 pending[ref] = (slot, actor, chunk)
                 working.add(slot)

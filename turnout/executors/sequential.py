@@ -43,7 +43,7 @@ class SequentialExecutor(Executor):
             if on_device and start is batch.global_params:  # the usual start: one copy on the device per round
                 start = global_on_device
             res = trainer.train(start, batch.buffers, x, y, steps, batch.lr,
-                                rngmod.stream(batch.seed, "batches", batch.round, client),
+                                rngmod.stream(batch.seed, "batches", batch.stream_round, client),
                                 objective=algorithm.local_objective(client, start), resident=resident,
                                 keep_on_device=on_device)
             update = algorithm.client_update(client, start.to(res.params.device), res.params, grad_sum=res.grad_sum)

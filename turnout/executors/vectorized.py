@@ -90,7 +90,7 @@ class VectorizedExecutor(Executor):
         objectives = [algorithm.local_objective(c, s) for c, s in zip(clients, starts)]
         bsz = trainer.cfg.batch_size
         sizes = data.n_train[batch.clients].tolist()
-        batches = [list(batch_indices(n, bsz, steps, rngmod.stream(batch.seed, "batches", batch.round, c)))
+        batches = [list(batch_indices(n, bsz, steps, rngmod.stream(batch.seed, "batches", batch.stream_round, c)))
                    for c, n, steps in zip(clients, sizes, batch.steps.tolist())]
         out = batch.report_device or torch.device("cpu")  # where the reports are left
         # The default client rule (end − start, every client starting from the global model) is one subtraction

@@ -23,15 +23,18 @@ available to fill the slots), the round closes when the last of them arrives or 
 has. When nothing is in flight and nobody can be launched, the server waits ``empty_round_s`` and tries
 again, as in the synchronous modes.
 
-Refilling at updates, not at each arrival: a slot freed by an arrival is refilled when the buffer is
-flushed (at every arrival for ``K = 1``, FedAsync). Between two updates of FedBuff the concurrency dips
-from ``C`` towards ``C − K + 1``; the clients launched at an update all start from the same model, which
-is what makes a round one batch of training.
+Refilling (``refill``): ``update`` (the default) refills a slot freed by an arrival when the buffer is
+flushed (at every arrival for ``K = 1``, FedAsync), so between two updates of FedBuff the concurrency dips
+from ``C`` towards ``C − K + 1``. ``arrival`` is FedBuff's Algorithm 1 (Nguyen et al., 2022): each of the
+first ``K − 1`` arrivals of a round also refills the slots free at that instant (:meth:`refills`; the
+timing launches them, :meth:`turnout.sim.timing.AsynchronousTiming.refill`). The model does not change
+between updates, so every client launched in round ``r`` starts from version ``r`` and its report's
+staleness is counted as any other launched in round ``r``. With ``K = 1`` the two are the same run.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
@@ -46,6 +49,9 @@ class AsynchronousConfig(StrictModel):
     buffer: int = Field(1, ge=1, le=MAX_CLIENTS,
                         description="K: reports per server update (1: FedAsync, every arrival updates the model; "
                                     "FedBuff: 10). The concurrency C is selector.clients_per_round")
+    refill: Literal["update", "arrival"] = Field(
+        "update", description="when slots freed by arrivals are refilled: update (at the next server update) or "
+                              "arrival (at each arrival, FedBuff's Algorithm 1: C clients always in flight)")
 
 
 @ROUND_MODES.register("async")
@@ -68,6 +74,11 @@ class Asynchronous(RoundMode):
 
     def launch(self, target: int, in_flight: int) -> int:
         return max(0, int(target) - int(in_flight))
+
+    def refills(self) -> int:
+        """``refill: arrival``: the first ``K − 1`` arrivals of a round refill the free slots (the K-th makes the
+        update, and the next round's open refills); ``update``: none."""
+        return int(self.cfg.buffer) - 1 if self.cfg.refill == "arrival" else 0
 
     def arrivals_taken(self) -> int | None:
         return int(self.cfg.buffer)

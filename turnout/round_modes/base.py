@@ -49,6 +49,11 @@ class RoundMode(Stateful, Deployable, ABC):
         being computed. Synchronous modes ignore those: :meth:`launch_count`."""
         return self.launch_count(target)
 
+    def refills(self) -> int:
+        """At how many of a round's first arrivals the free slots are refilled before the round closes (0: only
+        at the round's open, as every synchronous mode does)."""
+        return 0
+
     def arrivals_taken(self) -> int | None:
         """How many of the reports that arrived by the close one round takes (``None``: all of them)."""
         return None

@@ -146,6 +146,25 @@ def asynchronous_rounds(exp: ResolvedExperiment, prefix: str) -> None:
                           f"{why}, but an asynchronous update averages round_mode.buffer = {mode.cfg.buffer} "
                           "(each step would shrink by buffer/clients_per_round); use relative weights "
                           "(n_samples or equal) or buffer = clients_per_round")
+    if mode.cls(mode.cfg).refills():
+        refilled_rounds(exp, prefix)
+
+
+def refilled_rounds(exp: ResolvedExperiment, prefix: str) -> None:
+    """A round that refills slots at arrivals (``round_mode.refill: arrival``) selects, trains and encodes several
+    cohorts: a component that keeps one cohort or one selection a round is refused."""
+    comp, priv = exp["compressor"], exp["privacy"]
+    fix = "or round_mode.refill: update"
+    if comp.cls.keeps_round_cohort():
+        ok = [name for name, cls in registries()["compressor"] if not cls.keeps_round_cohort()]
+        raise ConfigError(f"{prefix}compressor.name", comp.name,
+                          "keeps the round's launched cohort (its weights, GlueFL's sticky flags), but "
+                          f"round_mode.refill: arrival launches several cohorts a round; use one of: {', '.join(ok)} "
+                          f"{fix}")
+    if priv.name != "none":
+        raise ConfigError(f"{prefix}privacy.name", priv.name,
+                          "accounts for one selection a round, but round_mode.refill: arrival selects at each "
+                          f"arrival; use privacy: none {fix}")
 
 
 def privacy_protects_rule(exp: ResolvedExperiment, prefix: str) -> None:

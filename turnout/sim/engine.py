@@ -36,7 +36,7 @@ from ..core import rng as rngmod
 from ..core.device import resolve_device
 from ..core.errors import ConfigError
 from ..core.observers import Observer, Observers, RoundRecord, RunEnd, RunStart
-from ..core.records import HeldReports, Reports, RoundFeedback, SelectionContext
+from ..core.records import HeldReports, Reports, RoundClose, RoundFeedback, SelectionContext
 from ..core.state import Stateful
 from ..core.wire import VALUE_BYTES
 from ..data.federated import FederatedDataset
@@ -54,7 +54,7 @@ from ..world.probe import LossProbe
 from ..world.state_store import ClientStateStore
 from ..world.wire import WirePricer
 from .composition import BuildContext, Injected, Parts, compose
-from .phases import Accounted, Aggregated, Opened, Settled, Trained, round_row
+from .phases import Accounted, Aggregated, Launched, Opened, Settled, Trained, round_row
 from .system_only import SystemOnlyWork
 from .timing import Timing, timing_for
 from .work import TrainedWork, TrainOrder, Work, finite_rows, held_reports, report_device, take_rows
@@ -302,27 +302,60 @@ class Simulation(Stateful):
         return up
 
     # ---- phases ------------------------------------------------------------------------------------
-    def _open(self, r: int) -> Opened:
-        """Who is reachable (busy devices excluded), whom the selector launches, what probing cost."""
-        t0 = self.sim_time
+    def _open(self, r: int, at_s: float | None = None, launch: int | None = None, event: int = 0) -> Opened:
+        """Who is reachable (busy devices excluded), whom the selector launches, what probing cost: at the round's
+        start, or for launch ``event`` of the round at ``at_s`` into ``launch`` free slots (:meth:`launch_at`)."""
+        t0 = self.sim_time if at_s is None else float(at_s)
         online = self.availability.available(r, t0)
         self.lost.release(t0)  # a client lost by now has gone offline: its device and its slot are free
+        pending = np.ones(len(self.late), bool) if at_s is None else self.late.arrival_s > t0  # not yet delivered
         if len(self.late) or len(self.lost):  # a device still computing a late report or a doomed task is busy
             online = online.copy()
-            online[self.late.busy_clients()] = False
+            online[self.late.busy_clients()[pending]] = False
             online[self.lost.busy_clients()] = False
         available = np.flatnonzero(online)
         probe = LossProbe(self.pricer, self.global_model, self.data, self.seed, r)
-        launch = self.round_mode.launch(self.selector.target(), len(self.late) + len(self.lost))
+        if launch is None:
+            launch = self.round_mode.launch(self.selector.target(), len(self.late) + len(self.lost))
         cohort = self.selector.select(SelectionContext(
             round=r, time_s=t0, available=available, launch=launch,
-            rng=rngmod.stream(self.seed, "selection", r), world=self.world, availability=self.availability,
-            probe_loss=probe, pending_clients=self.late.clients.copy(), pending_arrival_s=self.late.arrival_s.copy()))
+            rng=rngmod.stream(self.seed, "selection", rngmod.launch_round(r, event)), world=self.world,
+            availability=self.availability, probe_loss=probe, pending_clients=self.late.clients[pending],
+            pending_arrival_s=self.late.arrival_s[pending]))
         bill = probe.settle()  # the round starts when the last probe answer is in
         if self.privacy.active:  # who could have been chosen, for amplified accounting
             self.privacy.record_selection(r, available, self.selector.inclusion_probabilities(available, launch))
         return Opened(round=r, start_s=t0, train_start_s=t0 + bill.seconds, available=available, cohort=cohort,
-                      probe=bill)
+                      probe=bill, launch=event)
+
+    def launch_at(self, r: int, at_s: float, launch: int, event: int) -> Launched:
+        """Launch up to ``launch`` clients at ``at_s`` (simulated seconds) within round ``r``, without aggregating.
+
+        Opened and trained as a round's cohort is, from the current model (launch ``event`` keys their selection
+        and minibatch streams), then put in flight: a report in the late buffer (it started in round ``r``), a task
+        that ends with its client offline among the lost tasks (its device busy until then). Charged to the
+        population with the round (:meth:`_account`). A timing that refills slots at arrivals calls it
+        (:meth:`turnout.sim.timing.Timing.refill`).
+        """
+        opened = self._open(r, at_s=at_s, launch=launch, event=event)
+        trained = self._train(opened)
+        finish, dropped_at = self._deliver(opened, trained)
+        verdict = self.round_mode.close_in_flight(finish, dropped_at, opened.cohort.target, np.zeros(0))
+        clients, result = opened.clients, trained.result
+        late = verdict.late & ~verdict.aggregated & ~trained.rejected
+        feedback = RoundFeedback(r, clients, verdict.aggregated, late, result.losses, result.samples, finish,
+                                 verdict.busy_s, trained.decoded, verdict.duration_s)
+        weights = np.asarray(self.selector.settle_weights(opened.cohort, feedback), dtype=np.float64)
+        self._park(r, opened, trained, finish, late, weights, verdict.busy_s)
+        running = ~late & np.isfinite(verdict.busy_s)  # everyone not in flight is still computing now
+        self.lost.add(clients[running], opened.train_start_s + verdict.busy_s[running])
+        delivered_up, wasted = self._delivered(verdict, late, trained)
+        return Launched(clients=clients, launch=np.full(len(clients), event, np.int64),
+                        start_s=np.full(len(clients), opened.train_start_s), finish_s=finish,
+                        busy_s=np.asarray(verdict.busy_s, np.float64), down=trained.down, up=delivered_up,
+                        wasted_s=wasted, late=late, dropped=finish > dropped_at, rejected=trained.rejected,
+                        samples=result.samples, probe_bytes_up=opened.probe.bytes_up,
+                        probe_bytes_down=opened.probe.bytes_down, probe_busy_s=opened.probe.busy_s)
 
     def _train(self, opened: Opened) -> Trained:
         """Downloads, the round's lr and local steps, the cohort's work, upload bytes, rejected reports."""
@@ -345,8 +378,7 @@ class Simulation(Stateful):
         r, clients, cohort = opened.round, opened.clients, opened.cohort
         t0, probe_s = opened.train_start_s, opened.probe.seconds
         result = trained.result
-        finish = self.pricer.delivery_s(clients, trained.down, result.samples, trained.up)
-        dropped_at = self.availability.online_until(clients, r, t0) - t0
+        finish, dropped_at = self._deliver(opened, trained)
         mode = self.round_mode
         in_flight_s, lost_s = self.timing.in_flight(r, t0, self.late, self.lost)  # what the close sees of them
         verdict = mode.close_in_flight(finish, dropped_at, cohort.target, in_flight_s, lost_s)
@@ -367,10 +399,7 @@ class Simulation(Stateful):
         feedback = RoundFeedback(r, clients, agg, late, result.losses, result.samples, finish, verdict.busy_s,
                                  trained.decoded, duration)
         weights = np.asarray(self.selector.settle_weights(cohort, feedback), dtype=np.float64)
-        # a rule that mixes models (FedAsync) reads the model each parked report started from: version r
-        self.late.add(r, clients[late], t0 + finish[late], take_rows(trained.decoded, late), weights[late],
-                      self.population.n_train[clients[late]], result.losses[late], verdict.busy_s[late],
-                      self.params if self.algorithm.reads_origin_models else None)
+        self._park(r, opened, trained, finish, late, weights, verdict.busy_s)
         # A launched client still computing at the close that will not deliver (it goes offline first, or its
         # report is rejected) keeps its device busy until then; a late one is busy in the late buffer.
         # (Compared with the round mode's own close, on its own clock: the slowest client of a round that waited for
@@ -379,13 +408,39 @@ class Simulation(Stateful):
         busy = np.asarray(verdict.busy_s, np.float64)
         running = ~late & (busy > verdict.duration_s) & np.isfinite(busy)
         self.lost.add(clients[running], t0 + busy[running])
+        # slots refilled at arrivals before the close (a timing that does), and the close they make
+        refilled = self.timing.refill(self, opened, verdict, late, duration, t_end)
+        duration, t_end = refilled.duration_s, refilled.end_s
         arrived = self.timing.arrivals(r, t_end, self.late, mode.arrivals_taken())
         stale_ok = self.timing.usable(r, arrived.origin_round)
         settled = Settled(finish_s=finish, dropped_at_s=dropped_at, verdict=verdict, aggregated=agg, late=late,
                           duration_s=duration, end_s=t_end, download_s=download_s, feedback=feedback, weights=weights,
-                          arrived=arrived, stale_ok=stale_ok, compute_s=compute_s, upload_s=upload_s, secagg=secagg)
+                          arrived=arrived, stale_ok=stale_ok, compute_s=compute_s, upload_s=upload_s, secagg=secagg,
+                          refilled=refilled)
         self.work.settled(self, opened, trained, settled)
         return settled
+
+    def _deliver(self, opened: Opened, trained: Trained) -> tuple[np.ndarray, np.ndarray]:
+        """Seconds from the cohort's start to each client's delivery, and to when it goes offline."""
+        clients, t0 = opened.clients, opened.train_start_s
+        finish = self.pricer.delivery_s(clients, trained.down, trained.result.samples, trained.up)
+        return finish, self.availability.online_until(clients, opened.round, t0) - t0
+
+    def _park(self, r: int, opened: Opened, trained: Trained, finish: np.ndarray, late: np.ndarray,
+              weights: np.ndarray, busy_s: np.ndarray) -> None:
+        """Put the ``late`` reports of a cohort launched in round ``r`` in flight (the late buffer)."""
+        clients, result = opened.clients, trained.result
+        # a rule that mixes models (FedAsync) reads the model each parked report started from: version r
+        self.late.add(r, clients[late], opened.train_start_s + finish[late], take_rows(trained.decoded, late),
+                      weights[late], self.population.n_train[clients[late]], result.losses[late], busy_s[late],
+                      self.params if self.algorithm.reads_origin_models else None)
+
+    @staticmethod
+    def _delivered(verdict: RoundClose, delivers: np.ndarray, trained: Trained) -> tuple[np.ndarray, np.ndarray]:
+        """What each launched client uploads (a report delivered, on time or late, or one rejected on arrival) and the
+        seconds it works for nothing (late work is judged when it arrives)."""
+        delivered_up = np.where(delivers | (trained.rejected & (verdict.aggregated | verdict.late)), trained.up, 0)
+        return delivered_up, np.where(delivers, 0.0, verdict.busy_s)
 
     def _aggregate(self, opened: Opened, trained: Trained, settled: Settled) -> Aggregated:
         """Fresh and stale reports as one batch; the work's server step; the selector learns."""
@@ -417,24 +472,33 @@ class Simulation(Stateful):
         pop, clients, verdict, arrived, ok = (self.population, opened.clients, settled.verdict, settled.arrived,
                                               settled.stale_ok)
         stale_wasted = float(arrived.busy_s[~ok].sum())
-        pop.wasted_s[arrived.clients[~ok]] += arrived.busy_s[~ok]
-        pop.times_aggregated[arrived.clients[ok]] += 1
+        np.add.at(pop.wasted_s, arrived.clients[~ok], arrived.busy_s[~ok])  # a client may deliver twice in a round
+        np.add.at(pop.times_aggregated, arrived.clients[ok], 1)
         delivers = settled.aggregated | settled.late
-        delivered_up = np.where(delivers | (trained.rejected & (verdict.aggregated | verdict.late)), trained.up, 0)
-        pop.times_selected[clients] += 1
+        delivered_up, wasted = self._delivered(verdict, delivers, trained)
         pop.times_aggregated[clients[settled.aggregated]] += 1
-        pop.last_round[clients] = opened.round
-        pop.bytes_down[clients] += trained.down
-        pop.bytes_up[clients] += delivered_up
+        self._charge(opened.round, clients, trained.down, delivered_up, verdict.busy_s, wasted)
         if settled.secagg is not None:  # keys and shares: every launched client sent and received them
             pop.bytes_up[clients] += settled.secagg.up
             pop.bytes_down[clients] += settled.secagg.down
-        pop.resource_s[clients] += verdict.busy_s
-        wasted = np.where(delivers, 0.0, verdict.busy_s)  # late work is judged when it arrives
-        pop.wasted_s[clients] += wasted
+        more = settled.refilled.launched if settled.refilled is not None else None  # launched mid-round
+        if more is not None and len(more):
+            self._charge(opened.round, more.clients, more.down, more.up, more.busy_s, more.wasted_s)
+            clients = np.concatenate([clients, more.clients])
         tau = self.participation.record(opened.round, clients, aggregated.reports.clients)
         self.sim_time = settled.end_s
         return Accounted(delivered_up=delivered_up, wasted=wasted, stale_wasted=stale_wasted, tau=tau)
+
+    def _charge(self, r: int, clients: np.ndarray, down: np.ndarray, up: np.ndarray, busy_s: np.ndarray,
+                wasted_s: np.ndarray) -> None:
+        """Charge clients launched in round ``r`` (one may be launched twice in a round that refills at arrivals)."""
+        pop = self.population
+        np.add.at(pop.times_selected, clients, 1)
+        pop.last_round[clients] = r
+        np.add.at(pop.bytes_down, clients, down)
+        np.add.at(pop.bytes_up, clients, up)
+        np.add.at(pop.resource_s, clients, busy_s)
+        np.add.at(pop.wasted_s, clients, wasted_s)
 
     # ---- end of run ------------------------------------------------------------------------------
     def population_columns(self) -> dict[str, np.ndarray]:

@@ -13,7 +13,8 @@ closed (:class:`~turnout.world.late.LateBuffer`). What a round then makes of the
   is in flight; the round mode closes on the usable reports in flight (:meth:`RoundMode.close_in_flight
   <turnout.round_modes.base.RoundMode.close_in_flight>`), a report arriving in the round it started in is
   fresh whatever the rule, the selector learns from what arrived, and the row describes the reports aggregated
-  (their staleness) instead of one cohort.
+  (their staleness) instead of one cohort. With ``round_mode.refill: arrival`` it also refills the free slots at
+  the round's first K − 1 arrivals (:meth:`AsynchronousTiming.refill`, FedBuff's Algorithm 1).
 
 A third timing (semi-asynchronous or tiered FL) is one more subclass registered here, named by its round
 mode's ``timing``; the loop does not change (``ARCHITECTURE.md``, "Timing").
@@ -22,17 +23,20 @@ mode's ``timing``; the loop does not change (``ARCHITECTURE.md``, "Timing").
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
 
 from ..algorithms.base import Algorithm
-from ..core.records import RoundFeedback
+from ..core.records import RoundClose, RoundFeedback
 from ..core.registry import Registry
 from ..world.late import Arrived, LateBuffer
 from ..world.lost import LostTasks
-from .phases import Aggregated, Opened, Settled, Trained
+from .phases import Aggregated, Launched, Opened, Refilled, Settled, Trained
+
+if TYPE_CHECKING:
+    from .engine import Simulation
 
 TIMINGS: Registry = Registry("timing", "how a round's close meets the reports started in earlier rounds")
 
@@ -78,6 +82,12 @@ class Timing(ABC):
     def extra_columns(self, settled: Settled, aggregated: Aggregated, in_flight: int) -> dict[str, object]:
         """Columns this timing adds at the end of the row (none by default)."""
         return {}
+
+    def refill(self, sim: Simulation, opened: Opened, verdict: RoundClose, late: np.ndarray, duration_s: float,
+               end_s: float) -> Refilled:
+        """Clients launched between the round's open and its close, once its cohort is in flight (``late``) or
+        lost, and the round's ``duration_s`` and ``end_s`` with them: nobody and unchanged, by default."""
+        return Refilled(launched=Launched.join([]), duration_s=duration_s, end_s=end_s)
 
 
 @TIMINGS.register("synchronous")
@@ -137,14 +147,16 @@ class AsynchronousTiming(Timing):
         clients of this launch that were lost. A launched client's report is learnt from when it reaches the
         server, never at its launch."""
         arrived, lost = settled.arrived, ~settled.late
-        n_lost = int(lost.sum())
+        more = settled.refilled.launched if settled.refilled is not None else Launched.join([])
+        gone = ~more.late  # launched mid-round and lost
+        n_lost = int(lost.sum()) + int(gone.sum())
         return RoundFeedback(
-            opened.round, np.concatenate([arrived.clients, opened.clients[lost]]),
+            opened.round, np.concatenate([arrived.clients, opened.clients[lost], more.clients[gone]]),
             np.concatenate([settled.stale_ok, np.zeros(n_lost, bool)]), np.zeros(len(arrived) + n_lost, bool),
             np.concatenate([arrived.losses, np.full(n_lost, np.nan)]),
-            np.concatenate([arrived.n_samples, trained.result.samples[lost]]),
-            np.concatenate([arrived.busy_s, settled.finish_s[lost]]),
-            np.concatenate([arrived.busy_s, settled.verdict.busy_s[lost]]),
+            np.concatenate([arrived.n_samples, trained.result.samples[lost], more.samples[gone]]),
+            np.concatenate([arrived.busy_s, settled.finish_s[lost], more.finish_s[gone]]),
+            np.concatenate([arrived.busy_s, settled.verdict.busy_s[lost], more.busy_s[gone]]),
             torch.cat([arrived.updates, arrived.updates.new_zeros((n_lost, arrived.updates.shape[1]))]),
             settled.duration_s)
 
@@ -171,7 +183,48 @@ class AsynchronousTiming(Timing):
         for lo, hi in STALENESS_BINS:
             name = f"staleness_{lo}+" if hi is None else f"staleness_{lo}" if lo == hi else f"staleness_{lo}_{hi}"
             cols[name] = int(np.count_nonzero((tau >= lo) & (tau <= (hi if hi is not None else tau.max(initial=lo)))))
+        if settled.refilled is not None and settled.refilled.refills:  # refill: arrival (FedBuff's Algorithm 1)
+            cols["n_refilled"] = len(settled.refilled.launched)
         return cols
+
+    def refill(self, sim: Simulation, opened: Opened, verdict: RoundClose, late: np.ndarray, duration_s: float,
+               end_s: float) -> Refilled:
+        """FedBuff's Algorithm 1 (``round_mode.refill: arrival``): each of the round's first ``K − 1`` usable
+        arrivals (:meth:`RoundMode.refills <turnout.round_modes.base.RoundMode.refills>`) refills the slots free at
+        that instant, ``C`` minus the devices still busy, from the model of this round; arrivals at one instant
+        refill once. A client launched then can arrive before the K-th arrival itself, so the arrivals are taken
+        again after each launch, in time order; the round closes at the K-th usable arrival of them all."""
+        events = sim.round_mode.refills()
+        if not events:
+            return super().refill(sim, opened, verdict, late, duration_s, end_s)
+        r, t0 = opened.round, opened.train_start_s
+        busy = np.asarray(verdict.busy_s, np.float64)
+        # the cohort's tasks that end with their client offline before the first close hold their devices until then
+        ending = ~late & np.isfinite(busy) & ~(busy > verdict.duration_s)
+        sim.lost.add(opened.clients[ending], t0 + busy[ending])
+        parts: list[Launched] = []
+        done = 0  # arrivals that refilled already (the first ones in time order, which later launches cannot precede)
+        while True:
+            arrivals = np.sort(sim.late.arrival_s[self.usable(r, sim.late.origin_round)])
+            n = min(events, len(arrivals))
+            if done >= n:
+                break
+            at = max(float(arrivals[done]), t0)  # one already in before the round started frees its slot now
+            done = int(np.count_nonzero(arrivals[:n] <= at))
+            free = sim.selector.target() - int(np.count_nonzero(sim.late.arrival_s > at)) \
+                - int(np.count_nonzero(sim.lost.gone_s > at))
+            if free > 0:
+                parts.append(sim.launch_at(r, at, free, event=len(parts) + 1))
+        if not parts:
+            return Refilled(launched=Launched.join([]), duration_s=duration_s, end_s=end_s, refills=True)
+        in_flight_s, lost_s = self.in_flight(r, t0, sim.late, sim.lost)
+        close = sim.round_mode.close_in_flight(np.zeros(0), np.zeros(0), opened.cohort.target, in_flight_s, lost_s)
+        end = t0 + close.duration_s
+        k = sim.round_mode.arrivals_taken()
+        arrivals = np.sort(sim.late.arrival_s[self.usable(r, sim.late.origin_round)])
+        if k is not None and len(arrivals) >= k:  # the K-th arrival is in, whatever the rounding of t0 + (a − t0)
+            end = max(end, float(arrivals[k - 1]))
+        return Refilled(launched=Launched.join(parts), duration_s=end - opened.start_s, end_s=end, refills=True)
 
 
 def timing_for(round_mode: type, key: str = "round_mode.name") -> type[Timing]:

@@ -133,7 +133,7 @@ class TrainedWork(Work):
     def train(self, sim: Simulation, opened: Opened, order: TrainOrder) -> WorkDone:
         r, clients = opened.round, opened.clients
         batch = ClientBatch(r, clients, order.steps, order.lr, sim.params, sim.buffers, sim.seed,
-                            report_device=sim.report_device, hold_reports=sim.hold_reports)
+                            report_device=sim.report_device, hold_reports=sim.hold_reports, launch=opened.launch)
         result = sim.executor.run(batch, sim.algorithm, sim.trainer, sim.data)
         reports = sim.privacy.clip(r, clients, result.updates)  # where a client's update becomes a report
         decoded, up = sim.compressor.encode_uploads(r, clients, reports)
