@@ -10,7 +10,7 @@ import yaml
 
 from turnout.app.cli import main
 from turnout.app.report import write_report
-from turnout.app.report.folders import load_runs, load_targets
+from turnout.app.report.folders import load_runs, load_targets, round_rows
 from turnout.app.report.tables import Footnotes, metric_table, paired_table
 from turnout.app.report.targets import SeedTarget, retarget
 from turnout.core.metrics import reached_by_all, smoothed_accuracy, to_target
@@ -145,3 +145,38 @@ def test_page_and_command_say_which_target_each_setting_and_seed_used(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["turnout: error: --target = 'highest': choose one of: config, reached_by_all"]
     assert not (tmp_path / "x.md").exists()
+
+
+def test_recount_from_a_real_run_folder_matches_its_summary(tmp_path, tiny):
+    """The rounds table read back (CSV strings) and counted by to_target at the run's own target gives the
+    summary.json numbers bit for bit: the report recounts the way the run counted."""
+    tiny.update(seeds=[0, 1], rounds=4, eval={"every": 1, "target_accuracy": 0.15},
+                data={"name": "synthetic", "num_clients": 10},
+                variants=[{"name": "K4"}, {"name": "K8", "set": {"selector.clients_per_round": 8}}])
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(yaml.safe_dump(tiny))
+    run = tmp_path / "run"
+    assert main(["run", str(cfg), "--out", str(run), "--quiet"]) == 0
+    summary = load_runs(run)
+    rows = {}
+    for row in round_rows(run):
+        rows.setdefault((row["variant"], int(row["seed"])), []).append(row)
+    keys = ("rounds_to_target", "sim_time_to_target_s", "download_time_to_target_s", "bytes_down_to_target",
+            "bytes_up_to_target")
+    reached = 0
+    for r in summary["runs"]:
+        unit = rows[(r["variant"], r["seed"])]
+        got = to_target(unit, np.array([float(x["accuracy"]) for x in unit]), 0.15)
+        assert got == {k: r[k] for k in keys if r[k] is not None}
+        reached += bool(got)
+    assert reached  # at least one unit reached 0.15, so the comparison compared numbers
+    # window 1: the common target is the lowest of the units' best raw accuracies, per seed
+    recounted, targets = retarget([run], summary, window=1)
+    for t in targets:
+        best = {r["variant"]: max(float(x["accuracy"]) for x in rows[(r["variant"], t.seed)])
+                for r in summary["runs"] if r["seed"] == t.seed}
+        assert (t.target, t.set_by) == (min(best.values()), min(best, key=best.get))
+    for r in recounted["runs"]:
+        acc = [float(x["accuracy"]) for x in rows[(r["variant"], r["seed"])]]
+        target = next(t.target for t in targets if t.seed == r["seed"])
+        assert r["rounds_to_target"] == next(i for i, a in enumerate(acc) if a >= target) + 1
