@@ -88,6 +88,44 @@ def optimal_test_loss(losses: np.ndarray) -> float:
     return float(np.nanmin(losses)) if np.any(~np.isnan(losses)) else math.nan
 
 
+def to_target(rows: list[dict], acc: np.ndarray, target: float) -> dict:
+    """The ``*_to_target`` metrics: rounds, simulated and download seconds, bytes down and up counted to the first
+    row whose ``acc`` is at or above ``target`` (empty dict when none is): one definition for the fixed
+    ``eval.target_accuracy`` (``acc`` as evaluated) and for a report's target (``acc`` smoothed, see
+    :func:`smoothed_accuracy`). ``rows`` carry the ``cum_*`` columns; numbers may be CSV strings."""
+    hit = np.flatnonzero(acc >= target)
+    if not len(hit):
+        return {}
+    row = rows[hit[0]]
+    return {"rounds_to_target": int(hit[0]) + 1, "sim_time_to_target_s": float(row["sim_time_s"]),
+            "download_time_to_target_s": float(row["cum_download_s"]),
+            "bytes_down_to_target": int(row["cum_bytes_down"]), "bytes_up_to_target": int(row["cum_bytes_up"])}
+
+
+#: GlueFL §5 (after Oort): the test accuracy is averaged over 5 rounds before it is compared with the target
+SMOOTHING_ROUNDS = 5
+
+
+def smoothed_accuracy(acc: np.ndarray, window: int = SMOOTHING_ROUNDS) -> np.ndarray:
+    """GlueFL's averaged accuracy: at each evaluated round r (``acc[r]`` not NaN), the mean of the evaluations at
+    rounds r − window + 1 … r — every evaluation of the last ``window`` rounds, at least r's own (with ``eval.every``
+    ≥ ``window`` it is the evaluation itself); NaN at rounds that were not evaluated."""
+    out = np.full(len(acc), np.nan)
+    for r in np.flatnonzero(~np.isnan(acc)):
+        recent = acc[max(0, r - window + 1):r + 1]
+        out[r] = float(np.mean(recent[~np.isnan(recent)]))
+    return out
+
+
+def reached_by_all(best: Mapping[str, float]) -> tuple[float, str] | None:
+    """GlueFL Table 2's target, "the highest achievable accuracy by all approaches": the lowest of the variants'
+    best (smoothed) accuracies, and the variant it comes from (the first on a tie; None when ``best`` is empty)."""
+    if not best:
+        return None
+    name = min(best, key=lambda v: best[v])
+    return float(best[name]), name
+
+
 # ---- rows ----------------------------------------------------------------------------------------
 def cumulate(rows: list[dict]) -> None:
     """Add the running ``cum_*`` totals to each row, in place."""
@@ -139,12 +177,7 @@ def summarize(variant: str, seed: int, rows: list[dict], extra: Mapping[str, Any
     s["download_share"], s["compute_share"], s["upload_share"] = time_shares(
         s["download_time_s"], s["compute_time_s"], s["upload_time_s"])
     if target is not None:
-        hit = np.flatnonzero(acc >= target)
-        if len(hit):
-            row = rows[hit[0]]
-            s.update(rounds_to_target=int(hit[0]) + 1, sim_time_to_target_s=float(row["sim_time_s"]),
-                     download_time_to_target_s=float(row["cum_download_s"]),
-                     bytes_down_to_target=int(row["cum_bytes_down"]), bytes_up_to_target=int(row["cum_bytes_up"]))
+        s.update(to_target(rows, acc, target))
     s.update(extra)
     if s.get("diverged_at_round") is not None:
         s.update({k: math.nan for k in DIVERGED_UNREPORTED})

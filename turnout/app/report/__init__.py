@@ -14,7 +14,8 @@ comparison, one column; folders that share no variant but are not of the same ex
 and the page says why.
 Every empty cell ("—") carries a footnote saying why it is empty.
 
-The rooms: :mod:`.folders` reads run folders back, :mod:`.tables` computes the statistics and tables,
+The rooms: :mod:`.folders` reads run folders back, :mod:`.targets` recounts the to-target metrics to another
+target (``--target``), :mod:`.tables` computes the statistics and tables,
 :mod:`.curves` the curves' numbers, :mod:`.page` writes the page; the figures are drawn by
 :mod:`turnout.recorders.plots`.
 """

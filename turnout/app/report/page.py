@@ -18,13 +18,18 @@ from .tables import (
     metric_table,
     paired_table,
 )
+from .targets import check_target, retarget, targets_section
+
+#: what an empty to-target cell did not reach under ``--target reached_by_all`` (every variant that was
+#: evaluated and did not diverge reaches its seed's target)
+COMMON_TARGET = "its seed's common target (a diverged run, or one never evaluated, has none)"
 
 
 def write_report(folders: list[Path], out: Path, metrics: list[str], title: str, command: str | None = None,
                  elapsed_s: float | None = None, curve: str | None = "loss", notes: str | None = None,
                  percent_of: str | None = None, counts: list[str] | None = None, baseline: str | None = None,
                  paired: list[str] | None = None, curve_x: list[str] | None = None,
-                 provenance: dict[str, str] | None = None) -> Path:
+                 provenance: dict[str, str] | None = None, target: str = "config") -> Path:
     """Write the markdown page ``out`` (and its plots beside it) for the run ``folders``.
 
     ``counts`` names settings (folder names) whose per-client selection counts are drawn as well.
@@ -33,9 +38,20 @@ def write_report(folders: list[Path], out: Path, metrics: list[str], title: str,
     ``provenance`` (e.g. the commit and config hash the runs were made from) is printed under the versions line.
     ``paired`` metrics (default: those of :data:`PAIRED_BY_DEFAULT` the page tabulates) get per-seed
     differences from ``baseline`` (default: the first variant of the first folder).
+    ``target`` chooses what the ``*_to_target`` metrics count to (:data:`~turnout.app.report.targets.TARGETS`).
     """
+    check_target(target)
     columns, kept_apart = comparisons(folders)
     summaries = {name: merged_runs(members) for name, members in columns.items()}
+    targets = {name: merged_targets(members) for name, members in columns.items()}
+    target_lines: list[str] = []
+    if target != "config":  # the runs' own targets are set aside: recount from the rounds tables
+        common = {}
+        for name, members in columns.items():
+            summaries[name], common[name] = retarget(members, summaries[name])
+        target_lines = targets_section(common, targets)
+        variants_of = {name: {r["variant"] for r in s["runs"]} for name, s in summaries.items()}
+        targets = {name: {v: COMMON_TARGET for v in vs} for name, vs in variants_of.items()}
     by_name = {Path(f).name: Path(f) for f in folders}
     for name in counts or []:
         if name not in by_name:
@@ -46,7 +62,6 @@ def write_report(folders: list[Path], out: Path, metrics: list[str], title: str,
                                                   f"{', '.join(variants)}")
     baseline = baseline if baseline is not None else (variants[0] if variants else None)
     paired = [m for m in metrics if m in PAIRED_BY_DEFAULT] if paired is None else paired
-    targets = {name: merged_targets(members) for name, members in columns.items()}
     first = next(iter(summaries.values()))
     seeds = sorted({r["seed"] for s in summaries.values() for r in s["runs"]})
     cpu_s = sum(r.get("wall_s", 0.0) for s in summaries.values() for r in s["runs"])
@@ -70,6 +85,7 @@ def write_report(folders: list[Path], out: Path, metrics: list[str], title: str,
                              for u in s["incomplete"])
             lines += [f"**{name} is an incomplete run** ({len(s['runs'])} of {len(s['runs']) + len(s['incomplete'])} "
                       f"units finished; tables show the finished ones). Unfinished: {left}.", ""]
+    lines += target_lines
     for m in metrics:
         marks = Footnotes()
         better = "" if m in NEUTRAL else f"{'lower' if m in LOWER_IS_BETTER else 'higher'} is better; "

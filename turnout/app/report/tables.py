@@ -19,7 +19,8 @@ LOWER_IS_BETTER = {"best_loss", "final_loss", "bytes_up", "bytes_down", "bytes_d
 #: metrics with no better direction (shares of a whole): never bolded
 NEUTRAL = {"download_share", "compute_share", "upload_share", "stale_per_round", "dp_clipped_frac", "dp_norm_median"}
 
-#: metrics counted up to the first evaluation at or above ``eval.target_accuracy`` (empty when never reached)
+#: metrics counted up to the first evaluation at or above the target (``eval.target_accuracy``, or the report's
+#: ``--target``: :mod:`turnout.app.report.targets`; empty when never reached)
 TARGET_METRICS = {"rounds_to_target", "sim_time_to_target_s", "download_time_to_target_s", "bytes_down_to_target",
                   "bytes_up_to_target"}
 
@@ -70,7 +71,10 @@ def _seeds_text(seeds: list) -> str:
     return f"seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}"
 
 
-def _target_text(target: float | None) -> str:
+def _target_text(target: float | str | None) -> str:
+    """A fixed target as a number; a target given as words (a report's ``--target``) as they are."""
+    if isinstance(target, str):
+        return target
     return f"the target accuracy {target:g}" if target is not None else "the target accuracy"
 
 
