@@ -112,6 +112,30 @@ def test_a_slice_forced_past_its_horizon_is_refused_at_recording(pages_dir, tmp_
         record.validate(planted)
 
 
+def test_a_page_may_count_to_the_target_every_variant_reaches(pages_dir, tmp_path, monkeypatch):
+    """``target: reached_by_all`` (GlueFL's Table 2 target) is passed to the report; anything else is refused in one
+    line naming the page's field."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY))
+    _tiny_page(pages_dir, config)
+    assert spec.load("tiny_page").target == "config"
+    raw = yaml.safe_load((pages_dir / "tiny_page.yaml").read_text())
+    (pages_dir / "tiny_page.yaml").write_text(yaml.safe_dump({**raw, "target": "reached_by_all"}))
+    page = spec.load("tiny_page")
+    assert page.target == "reached_by_all"
+    seen = {}
+    import turnout.app.report as report_pkg
+    monkeypatch.setattr(report_pkg, "write_report", lambda *a, **k: seen.update(args=a, kwargs=k) or a[1])
+    monkeypatch.setattr(make, "replace_slice_section", lambda text, name, rec: text)
+    out = tmp_path / "page.md"
+    out.write_text("")
+    make.render(page, tmp_path, {"commit": "c", "config_hash": "h", "elapsed_s": 1.0}, out)
+    assert seen["args"][-1] == "reached_by_all"
+    (pages_dir / "tiny_page.yaml").write_text(yaml.safe_dump({**raw, "target": "highest"}))
+    with pytest.raises(ConfigError, match=r"tiny_page\.target = 'highest': choose one of: config, reached_by_all"):
+        spec.load("tiny_page")
+
+
 # ---- a whole (tiny) page ---------------------------------------------------------------------------------------
 def test_a_page_records_commit_hash_and_measured_slice_and_check_catches_changes(pages_dir, tmp_path):
     config = tmp_path / "tiny.yaml"

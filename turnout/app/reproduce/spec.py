@@ -13,6 +13,7 @@ from pathlib import Path
 from ...config import safe_yaml
 from ...core.errors import ConfigError
 from ..bundled import root as experiments_root
+from ..report.targets import TARGETS
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ class Page:
     counts: tuple[str, ...] = ()
     percent_of: str | None = None
     baseline: str | None = None
+    #: what the "to target" metrics count to: each run's ``eval.target_accuracy`` (``config``) or GlueFL's target,
+    #: the highest accuracy every variant reaches (``reached_by_all``; docs/experiment-files.md)
+    target: str = "config"
     tune: Tune | None = None
     extra: dict = field(default_factory=dict)
 
@@ -102,9 +106,12 @@ def load(name: str) -> Page:
                 slice=Slice(sl["setting"], int(sl["rounds"]), tuple(sl.get("variants", ()))),
                 curve=raw.get("curve", "loss"), curve_x=tuple(raw.get("curve_x", ("round",))),
                 counts=tuple(raw.get("counts", ())), percent_of=raw.get("percent_of"), baseline=raw.get("baseline"),
+                target=str(raw.get("target", "config")),
                 tune=None if tune is None else Tune(
                     tuple(_setting(s, f"{name}.tune.settings") for s in tune["settings"]), tune["key"],
                     tune["metric"], bool(tune.get("lower_is_better", True)), tune.get("why", "")))
+    if page.target not in TARGETS:
+        raise ConfigError(f"{name}.target", page.target, f"choose one of: {', '.join(TARGETS)}")
     if page.slice.setting not in {s.name for s in page.settings}:
         raise ConfigError(f"{name}.slice.setting", page.slice.setting,
                           f"not a setting of the page; one of: {', '.join(s.name for s in page.settings)}")
