@@ -8,6 +8,7 @@ from . import (  # noqa: F401  (register components)
     leaf,
     partition,
     population,
+    rounded_linear,
     shakespeare,
     synthetic,
     synthetic_images,
