@@ -56,17 +56,14 @@ from pydantic import Field
 from ..config.limits import MAX_ROUNDS, MAX_SCALE
 from ..core.state import Stateful
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
+from .late_reports import UNBOUNDED, LateReportsOption
 from .server_step import ServerLRConfig, ServerOptimizer, ServerOptimizerOption
-
-#: ``max_staleness`` used when there is no bound (the engine compares ``round − origin ≤ max_staleness``).
-UNBOUNDED = 2**62
-
 
 #: the old name of the ``server_optimizer`` block
 StaleServerOptimizer = ServerOptimizer
 
 
-class StaleAwareConfig(ServerOptimizerOption, ServerLRConfig):
+class StaleAwareConfig(ServerOptimizerOption, ServerLRConfig, LateReportsOption):
     legacy_step_keys: ClassVar[tuple[str, ...]] = (*ServerLRConfig.legacy_step_keys, "server_optimizer")
 
     rule: Literal["refl", "equal", "dynsgd", "adasgd", "average"] = Field(
@@ -84,6 +81,11 @@ class StaleAwareConfig(ServerOptimizerOption, ServerLRConfig):
     combine: Literal["deltas", "models"] = Field(
         "deltas", description="deltas: stale deltas applied to the current model (paper); models: average full "
                               "local models x_origin + Δ (REFL code's send_delta = 0)")
+
+    def staleness_bound(self) -> int | None:
+        if not self.use_stale:
+            return None
+        return UNBOUNDED if self.max_staleness is None else int(self.max_staleness)
 
 
 def staleness_factors(rule: str, staleness: np.ndarray, deviation: np.ndarray | None = None, beta: float = 0.35,
@@ -152,14 +154,6 @@ class StaleAware(Algorithm):
         self.history: dict[int, torch.Tensor] = {}  # origin round → model (combine: models)
         self.last_stale_factor_mean = math.nan
         self.last_deviation = np.zeros(0)
-
-    @property
-    def uses_stale_updates(self) -> bool:  # the option decides; the class flag stays as declared
-        return bool(self.cfg.use_stale)
-
-    @property
-    def max_staleness(self) -> int:
-        return UNBOUNDED if self.cfg.max_staleness is None else int(self.cfg.max_staleness)
 
     # ------------------------------------------------------------------------------------------
     def _with_pending(self, round: int, reports: Reports) -> tuple[Reports, np.ndarray]:
