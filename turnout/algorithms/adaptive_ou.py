@@ -51,6 +51,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
+from ..config.base import Fraction
 from ..config.limits import MAX_ROUNDS
 from ..core import rng as rngmod
 from ..core.capabilities import UploadKind, WorldNeed
@@ -68,7 +69,7 @@ class AdaptiveOUConfig(ServerLRConfig):
                                 "γ stays at `threshold`; random: transmit with probability prob_transmit")
     threshold: float = Field(0.0, ge=0.0, allow_inf_nan=False,
                              description="γ_0 of the adaptive rule (code: 0), the constant γ of the fixed rule")
-    prob_transmit: float = Field(0.5, ge=0.0, le=1.0, description="transmission probability of rule: random")
+    prob_transmit: Fraction = Field(0.5, description="transmission probability of rule: random")
     threshold_weighting: Literal["n_samples", "uniform"] = Field(
         "n_samples", description="weights of the mean − std threshold update: n_k (code) or uniform (paper)")
     quantize: bool = Field(False, description="send transmitted updates as 8-bit codes (the code's *_compression)")

@@ -31,11 +31,12 @@ class LateReportsOption(StrictModel):
 
 
 class MaxStaleness(LateReportsOption):
-    """The staleness bound of the asynchronous rules (older reports are dropped on arrival, their work wasted)."""
+    """An optional staleness bound (FedBuff, FedAsync, the stale-aware rules; REFL: none); older reports are dropped
+    on arrival, their work wasted."""
 
     max_staleness: Optional[int] = Field(None, ge=0, le=MAX_ROUNDS,
-                                         description="drop reports more than this many server updates old (their "
-                                                     "work counts as wasted); unset: keep every report")
+                                         description="drop reports more than this many server updates (rounds) old "
+                                                     "(their work counts as wasted); unset: keep every report")
 
     def staleness_bound(self) -> int:
         return UNBOUNDED if self.max_staleness is None else int(self.max_staleness)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from ..config.base import StrictModel
+from ..config.base import Fraction, StrictModel
 from ..config.limits import MAX_ROUNDS, MAX_SCALE
 from .stale_aware import refl_deviation, staleness_factors
 
@@ -30,7 +30,7 @@ class StalenessConfig(StrictModel):
                                   "or refl (REFL's stale-aware weight against the buffer's fresh reports)")
     a: float = Field(0.5, ge=0.0, le=MAX_SCALE, description="a of the polynomial and hinge rules (FedBuff: 0.5)")
     b: int = Field(4, ge=0, le=MAX_ROUNDS, description="b of the hinge rule: staleness that is not discounted")
-    beta: float = Field(0.35, ge=0.0, le=1.0, description="β of the refl rule (REFL: 0.35)")
+    beta: Fraction = Field(0.35, description="β of the refl rule (REFL: 0.35)")
 
 
 def staleness_weights(cfg: StalenessConfig, staleness: np.ndarray, updates: torch.Tensor | None = None,
