@@ -110,7 +110,7 @@ class Algorithm(Stateful, Deployable, ABC):
     #: rounds too, as asynchronous rounds deliver them (``turnout check`` refuses the others there)
     cohort_bound: ClassVar[str] = ""
     #: the server rule reads the model each report's client started from (``Reports.origin_models``: FedAsync
-    #: mixes models); the engine then keeps the versions that clients in flight hold
+    #: mixes models); each parked report then keeps the model its client started from (``LateBuffer.models``)
     reads_origin_models: ClassVar[bool] = False
     #: why the server rule reads each report itself, not only their weighted mean; empty: it reads the reports only
     #: through ``Reports.weighted_mean()`` (a weighted average of client deltas), so whatever stands in for that mean
