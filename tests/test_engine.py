@@ -133,8 +133,7 @@ class CutSlowest(RoundMode):
 class StaleFedAvg(FedAvg):
     """FedAvg that aggregates late reports up to 5 rounds old."""
 
-    uses_stale_updates = True
-    max_staleness = 5
+    max_staleness = 5  # a shipped rule's config says this (LateReportsOption)
 
 
 def test_late_reports_are_parked_then_aggregated_or_wasted(build_simulation):

@@ -196,4 +196,5 @@ def test_scaffold_server_rule_rebuilds_both_vectors_and_keeps_c_the_mean(form):
         torch.testing.assert_close(new, x + 0.5 * dy.mean(0) if len(clients) else x, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(algo.c.float(), algo.store.get("scaffold/c_i", np.arange(n)).mean(0))
         x = new
-    assert algo.uplink_vectors == (2 if form == "original" else 1) and algo.downlink_vectors == 2
+    traffic = Scaffold.traffic_for(algo.cfg)
+    assert (traffic.up, traffic.down) == ((2, 2) if form == "original" else (1, 2))

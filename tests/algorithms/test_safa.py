@@ -63,7 +63,7 @@ def test_cache_average_with_stale_models_and_forced_sync():
 
 def test_fedavg_aggregation_is_refls_emulation():
     alg = SAFA(SAFAConfig(aggregation="fedavg"), AlgorithmContext(4, 2, np.ones(4), 0, 10))
-    assert alg.uses_stale_updates and alg.max_staleness == 5
+    assert alg.max_staleness == 5
     x = torch.tensor([1.0, 1.0])
     new = alg.aggregate(3, x, reports([0, 1], [[2.0, 0.0], [0.0, 4.0]], [0, 3]))
     torch.testing.assert_close(new, x + torch.tensor([1.0, 2.0]))

@@ -64,13 +64,13 @@ def test_aggregate_weights_fresh_by_one_and_stale_by_the_rule(rule):
     f = np.concatenate([[1.0, 1.0], staleness_factors(rule, np.array([1, 3]), dev)])
     w = np.array([1.0, 1.0, 1.0, 2.0]) * f
     torch.testing.assert_close(new, x + torch.tensor(w / w.sum(), dtype=torch.float32) @ u)
-    assert alg.uses_stale_updates and alg.max_staleness == UNBOUNDED
+    assert alg.max_staleness == UNBOUNDED
 
 
 def test_bound_and_dropping_are_engine_attributes():
     assert make(max_staleness=5).max_staleness == 5
     alg = make(use_stale=False)
-    assert not alg.uses_stale_updates
+    assert alg.max_staleness is None  # late reports are dropped on arrival
     x = torch.zeros(2)
     torch.testing.assert_close(alg.aggregate(0, x, reports([[2.0, 4.0]], [1.0], [0])), torch.tensor([2.0, 4.0]))
     torch.testing.assert_close(alg.aggregate(1, x, EMPTY), x)  # nobody reported: the model stays

@@ -15,7 +15,8 @@ from turnout.algorithms.base import AlgorithmContext
 from turnout.algorithms.fedavg import FedAvg
 from turnout.config.train import TrainConfig
 from turnout.core.records import ClientBatch
-from turnout.executors.parallel import ParallelConfig, ParallelExecutor, WorkerError, available_cores
+from turnout.executors.base import available_cores
+from turnout.executors.parallel import ParallelConfig, ParallelExecutor, WorkerError
 from turnout.models.flat import FlatModel
 from turnout.training.local_sgd import LocalTrainer
 

@@ -153,7 +153,7 @@ def test_reports_asked_for_after_their_round_are_one_line_not_a_wrong_sum(build_
 
 
 class DoubledDelta(FedAvg):
-    """Declares sums_reports (inherited) but makes its reports itself: the actors cannot make them."""
+    """Reads only the weighted mean (as FedAvg declares) but makes its reports itself: the actors cannot make them."""
 
     def client_update(self, client, start, end, grad_sum=None):
         return 2 * (end - start)
@@ -174,10 +174,10 @@ def test_a_rule_that_makes_its_own_reports_keeps_them_whatever_it_declares(build
     assert_identical(summed, exact)
 
 
-def test_every_rule_that_declares_sums_keeps_the_default_hooks():
+def test_every_rule_that_reads_only_the_mean_keeps_the_default_hooks():
     """What the actors make of each client (end − start) is the rule's own report only with the default hooks."""
     declared = {name for name in registries()["algorithm"].names()
-                if registries()["algorithm"].get(name).sums_reports}
+                if not registries()["algorithm"].get(name).reads_each_report}
     assert declared == {"fedavg", "fedprox", "fedadam", "fedyogi"}
     for name in declared:
         cls = registries()["algorithm"].get(name)

@@ -45,7 +45,7 @@ class RecordingUniform(UniformSelector):
 class StaleFedAvg(FedAvg):
     """FedAvg that aggregates reports up to 10 rounds late, recording every report's staleness."""
 
-    uses_stale_updates, max_staleness = True, 10
+    max_staleness = 10  # a shipped rule's config says this (LateReportsOption)
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)

@@ -21,10 +21,10 @@ ENGINE = Path(__file__).resolve().parents[2] / "turnout" / "sim" / "engine.py"
 
 
 class Rule:
-    """The two facts a timing reads of a server rule."""
+    """The one fact a timing reads of a server rule: how stale a late report it takes may be (None: it takes none)."""
 
-    def __init__(self, uses_stale_updates: bool, max_staleness: int):
-        self.uses_stale_updates, self.max_staleness = uses_stale_updates, max_staleness
+    def __init__(self, max_staleness: int | None):
+        self.max_staleness = max_staleness
 
 
 @pytest.mark.parametrize("mode, timing", [(WaitAll, SynchronousTiming), (Deadline, SynchronousTiming),
@@ -45,7 +45,7 @@ def test_a_round_mode_naming_an_unknown_timing_is_refused_in_one_line():
 
 def test_a_report_arriving_in_its_own_round_is_fresh_only_under_asynchronous_timing():
     origin = np.array([7, 6, 4])  # ages 0, 1 and 3 in round 7
-    no_stale, stale_2 = Rule(False, 0), Rule(True, 2)
+    no_stale, stale_2 = Rule(None), Rule(2)
     assert SynchronousTiming(no_stale).usable(7, origin).tolist() == [False, False, False]
     assert AsynchronousTiming(no_stale).usable(7, origin).tolist() == [True, False, False]
     assert SynchronousTiming(stale_2).usable(7, origin).tolist() == [True, True, False]
@@ -60,7 +60,7 @@ def test_only_asynchronous_timing_hands_the_close_the_reports_in_flight():
              np.ones(1))
     lost = LostTasks()
     lost.add(np.array([9]), np.array([30.0]))
-    rule = Rule(True, 2)  # round 4: the reports of round 3 are usable, the one of round 0 is too stale
+    rule = Rule(2)  # round 4: the reports of round 3 are usable, the one of round 0 is too stale
     in_flight, gone = AsynchronousTiming(rule).in_flight(4, 10.0, late, lost)
     assert in_flight.tolist() == [5.0, 30.0] and gone.tolist() == [20.0, 2.0]
     in_flight, gone = SynchronousTiming(rule).in_flight(4, 10.0, late, lost)

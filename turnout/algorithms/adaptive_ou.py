@@ -39,7 +39,7 @@ norm the NACKing client reported) are the two remedies; both default to the code
 Choices: ``Δ̂`` is used only by the server, so it is not charged on the downlink (the code's broadcast
 carries it but no client reads it); a report whose upload did not reach the server (dropout, deadline)
 is neither a transmission nor a NACK — the OU substitute covers only NACKs, as in the code, where every
-sampled client answers. Late reports are not used (``uses_stale_updates = False``).
+sampled client answers. Late reports are not used (its config has no ``max_staleness``).
 """
 
 from __future__ import annotations
@@ -51,10 +51,11 @@ import numpy as np
 import torch
 from pydantic import Field
 
+from ..config.base import Fraction
 from ..config.limits import MAX_ROUNDS
 from ..core import rng as rngmod
 from ..core.capabilities import UploadKind, WorldNeed
-from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
+from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports, Traffic
 from .ou_estimator import OUEstimator
 from .server_step import ServerLRConfig
 
@@ -68,7 +69,7 @@ class AdaptiveOUConfig(ServerLRConfig):
                                 "γ stays at `threshold`; random: transmit with probability prob_transmit")
     threshold: float = Field(0.0, ge=0.0, allow_inf_nan=False,
                              description="γ_0 of the adaptive rule (code: 0), the constant γ of the fixed rule")
-    prob_transmit: float = Field(0.5, ge=0.0, le=1.0, description="transmission probability of rule: random")
+    prob_transmit: Fraction = Field(0.5, description="transmission probability of rule: random")
     threshold_weighting: Literal["n_samples", "uniform"] = Field(
         "n_samples", description="weights of the mean − std threshold update: n_k (code) or uniform (paper)")
     quantize: bool = Field(False, description="send transmitted updates as 8-bit codes (the code's *_compression)")
@@ -106,11 +107,11 @@ class AdaptiveOU(Algorithm):
     needs_training = "decides from each update's norm whether to send it or a NACK"
 
     Config = AdaptiveOUConfig
-    update_kind = UploadKind.NACK_OR_DELTA  # a NACK is (norm, 0, …, 0): a compressor would corrupt it
-    own_compression = "algorithm.quantize: true (its own 8-bit uploads, which keep the NACKs intact)"
+    traffic = Traffic(upload=UploadKind.NACK_OR_DELTA,  # a NACK is (norm, 0, …, 0): a compressor would corrupt it
+                      own_compression="algorithm.quantize: true (its own 8-bit uploads, which keep the NACKs intact)")
     cohort_bound = "estimates the silent members of the round's own cohort from their OU models"
-    dp_unsound = ("keeps OU estimates fitted to raw updates and its send-or-not reads each raw norm; its NACKs "
-                  "carry the norm un-noised")
+    reads_each_report = ("keeps OU estimates fitted to raw updates and its send-or-not reads each raw norm; its "
+                         "NACKs carry the norm un-noised")
 
     state_attrs = ("threshold", "ou", "predicted", "prev_params", "full_uploads", "nacks")
     scratch_attrs = ("round", "last_metrics")
@@ -164,7 +165,7 @@ class AdaptiveOU(Algorithm):
         """Wire bytes of each client's upload: ``nack_bytes`` for a NACK, 8-bit codes when quantising.
 
         Engine hook: called after the compressor with the raw client uploads and the bytes
-        the engine would charge (compressor bytes × ``uplink_vectors``).
+        the engine would charge (compressor bytes × ``Traffic.up``).
         """
         out = np.asarray(default_bytes, dtype=np.int64).copy()
         if self.cfg.quantize:

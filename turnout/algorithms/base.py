@@ -24,6 +24,7 @@ from ..core.registry import Registry
 from ..core.state import Stateful
 from ..training.local_sgd import LocalObjective
 from ..world.state_store import ClientStateStore
+from .late_reports import LateReportsOption
 from .server_step import Direction, ServerStep, ServerStepConfig, ServerStepOption, moments_into_server_step
 
 ALGORITHMS: Registry = Registry("algorithm", "client rule + server rule + their state")
@@ -58,6 +59,31 @@ class AlgorithmContext:
         return self.store
 
 
+@dataclass(frozen=True)
+class Traffic:
+    """What a rule sends per participating client and round: what the engine prices, and what validation holds a
+    compressor to."""
+
+    #: model-sized vectors sent down (FedSUM and SCAFFOLD send a second one) and up (SCAFFOLD's original form: 2)
+    down: int = 1
+    up: int = 1
+    #: what an upload is (a compressor lists the kinds it ``accepts``; validation refuses one that would break it)
+    upload: UploadKind = UploadKind.MODEL_DELTA
+    #: the rule's own way to compress its uploads (the option to set), named when a compressor is refused
+    own_compression: str = ""
+
+
+#: flags an algorithm class declared before, and what declares the same now
+RETIRED_FLAGS = {
+    "downlink_vectors": "declare traffic = Traffic(down=...)", "uplink_vectors": "declare traffic = Traffic(up=...)",
+    "update_kind": "declare traffic = Traffic(upload=...)",
+    "own_compression": "declare traffic = Traffic(own_compression=...)",
+    "uses_stale_updates": "give the rule's Config the max_staleness option (turnout.algorithms.late_reports)",
+    "sums_reports": "declare reads_each_report = '' (partial sums follow it)",
+    "dp_unsound": "declare reads_each_report (the same reason)",
+}
+
+
 class Algorithm(Stateful, Deployable, ABC):
     """Client rule + server rule. Subclasses implement :meth:`server_direction` (the shared server step applies
     it) or, to set the model outright, :meth:`aggregate`; the client hooks default to FedAvg's.
@@ -67,18 +93,8 @@ class Algorithm(Stateful, Deployable, ABC):
     """
 
     Config: type[BaseModel]
-    #: model-sized vectors sent down / up per participating client per round (FedSUM sends 2 down).
-    downlink_vectors: int = 1
-    uplink_vectors: int = 1
-    #: whether late reports (deadline / over-commit stragglers) are aggregated when they arrive,
-    #: and how many rounds late they may be; others are dropped on arrival and counted as waste.
-    uses_stale_updates: bool = False
-    max_staleness: int = 0
-    #: what a client's upload is (:class:`~turnout.core.capabilities.UploadKind`), so config validation can
-    #: refuse a compressor that would break it (a compressor lists the kinds it ``accepts``).
-    update_kind: UploadKind = UploadKind.MODEL_DELTA
-    #: the rule's own way to compress its uploads (the option to set), named when a compressor is refused
-    own_compression: ClassVar[str] = ""
+    #: what the rule sends each way (:class:`Traffic`); a rule whose options change it overrides :meth:`traffic_for`
+    traffic: ClassVar[Traffic] = Traffic()
     #: rules that recover gradients from the SGD end point need plain local SGD; validation enforces it.
     requires_plain_sgd: bool = False
     #: why the rule's wire traffic depends on update values (Adaptive-OU's NACKs); empty: it runs in the
@@ -89,25 +105,29 @@ class Algorithm(Stateful, Deployable, ABC):
     #: global model comes back. False (the default) sends every report to the CPU first, as rules with per-client
     #: state in the client-state store, or server state they update from the reports, need.
     aggregates_on_device: ClassVar[bool] = False
-    #: each report is the default ``client_update`` (end − start) and ``aggregate`` reads the reports only
-    #: through ``Reports.weighted_mean()``: an executor may then keep the reports where they were trained and
-    #: send back partial weighted sums (the Ray executor's ``partial_sums``; :func:`turnout.sim.work.held_reports`)
-    sums_reports: ClassVar[bool] = False
     #: why the server rule needs every report to come from the round's own cohort (it pairs a report with what it
     #: sent that cohort, or estimates the cohort's silent members); empty: it takes reports started in earlier
     #: rounds too, as asynchronous rounds deliver them (``turnout check`` refuses the others there)
     cohort_bound: ClassVar[str] = ""
     #: the server rule reads the model each report's client started from (``Reports.origin_models``: FedAsync
-    #: mixes models); the engine then keeps the versions that clients in flight hold
+    #: mixes models); each parked report then keeps the model its client started from (``LateBuffer.models``)
     reads_origin_models: ClassVar[bool] = False
-    #: why client-level DP (clipping + Gaussian noise on the clipped sum, turnout.privacy) cannot protect this rule, and
-    #: why secure aggregation cannot serve it; empty: the server step reads the reports only through
-    #: ``Reports.weighted_mean()`` (a weighted average of client deltas), which the privacy seam replaces by the noised
-    #: fixed-denominator estimate. A rule that keeps raw per-client updates on the server releases them un-noised.
-    dp_unsound: ClassVar[str] = "reads each report itself, not only their weighted mean, so noise on the clipped sum " \
-                                "would not reach its step"
+    #: why the server rule reads each report itself, not only their weighted mean; empty: it reads the reports only
+    #: through ``Reports.weighted_mean()`` (a weighted average of client deltas), so whatever stands in for that mean
+    #: serves it — client-level DP's noised fixed-denominator estimate (turnout.privacy), secure aggregation's sum,
+    #: the Ray executor's partial weighted sums (:func:`turnout.sim.work.held_reports`). Validation names the reason
+    #: when it refuses DP or secure aggregation: a rule that keeps raw per-client updates releases them un-noised.
+    reads_each_report: ClassVar[str] = "reads each report itself, not only their weighted mean, so noise on the " \
+                                       "clipped sum would not reach its step"
 
     state_attrs = ("server_step",)
+
+    def __init_subclass__(cls, **kwargs):
+        """A rule written against the flags these declarations replaced is refused, not silently misread."""
+        super().__init_subclass__(**kwargs)
+        for old, fix in RETIRED_FLAGS.items():
+            if old in cls.__dict__:
+                raise TypeError(f"{cls.__name__}.{old} is no longer read: {fix}")
 
     def __init__(self, cfg: BaseModel, ctx: AlgorithmContext):
         self.cfg = cfg
@@ -121,9 +141,21 @@ class Algorithm(Stateful, Deployable, ABC):
         super().load_state_dict(state if "server_step" in state else moments_into_server_step(state))
 
     @classmethod
+    def traffic_for(cls, cfg: BaseModel) -> Traffic:
+        """What this rule sends under options ``cfg`` (SCAFFOLD's form changes it): by default its :attr:`traffic`."""
+        return cls.traffic
+
+    @classmethod
     def upload_kind(cls, cfg: BaseModel) -> UploadKind:
-        """What this rule uploads under options ``cfg`` (SCAFFOLD's form changes it)."""
-        return UploadKind(cls.update_kind)
+        """What this rule uploads under options ``cfg``."""
+        return UploadKind(cls.traffic_for(cfg).upload)
+
+    @property
+    def max_staleness(self) -> int | None:
+        """How many rounds old a late report (a straggler's, any report of an asynchronous round) may be for this
+        rule to aggregate it when it arrives; ``None``: it aggregates none (they are dropped on arrival, their work
+        wasted). A run's setting, so the rule's config says it (:class:`LateReportsOption`), not its class."""
+        return self.cfg.staleness_bound() if isinstance(self.cfg, LateReportsOption) else None
 
     # ---- client rule (over tensors) -------------------------------------------------------
     def begin_round(self, round: int, clients: np.ndarray, steps: np.ndarray, lr: float) -> None:

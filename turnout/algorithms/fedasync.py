@@ -20,7 +20,8 @@ from pydantic import Field, model_validator
 from ..config.limits import MAX_SCALE
 from ..training.local_sgd import LocalObjective
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
-from .staleness import MaxStaleness, StalenessConfig, TakesStaleReports, staleness_weights
+from .late_reports import MaxStaleness
+from .staleness import StalenessConfig, staleness_weights
 
 
 class FedAsyncConfig(MaxStaleness):
@@ -42,7 +43,7 @@ class FedAsyncConfig(MaxStaleness):
 
 
 @ALGORITHMS.register("fedasync")
-class FedAsync(TakesStaleReports, Algorithm):
+class FedAsync(Algorithm):
     """FedAsync: x ← (1 − α s(τ)) x + α s(τ) (x_origin + Δ) for every report, in arrival order."""
 
     Config = FedAsyncConfig

@@ -33,8 +33,7 @@ class FedAvg(Algorithm):
     Config = FedAvgConfig
 
     aggregates_on_device = True  # a weighted mean of the reports; the step's state is the CPU global's size
-    sums_reports = True  # model deltas, read through Reports.weighted_mean() alone
-    dp_unsound = ""  # a weighted mean of client deltas: the noised clipped sum replaces it
+    reads_each_report = ""  # a weighted mean of client deltas: the noised clipped sum replaces it
 
     def server_direction(self, round: int, global_params: torch.Tensor, reports: Reports) -> torch.Tensor:
         return reports.weighted_mean()  # zero when nobody reported: plain SGD leaves the model put

@@ -25,8 +25,9 @@ from pydantic import Field
 
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
 from .fedavg import FedAvgConfig
+from .late_reports import MaxStaleness
 from .server_step import ServerOptimizerOption
-from .staleness import MaxStaleness, StalenessConfig, TakesStaleReports, staleness_weights
+from .staleness import StalenessConfig, staleness_weights
 
 
 class FedBuffConfig(ServerOptimizerOption, FedAvgConfig, MaxStaleness):
@@ -38,7 +39,7 @@ class FedBuffConfig(ServerOptimizerOption, FedAvgConfig, MaxStaleness):
 
 
 @ALGORITHMS.register("fedbuff")
-class FedBuff(TakesStaleReports, Algorithm):
+class FedBuff(Algorithm):
     """FedBuff: the staleness-weighted mean of a buffer of K reports, then one server step (SGD, Adam or Yogi)."""
 
     Config = FedBuffConfig

@@ -59,7 +59,7 @@ from pydantic import Field, model_validator
 
 from ..core.capabilities import UploadKind
 from ..training.local_sgd import LocalObjective
-from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
+from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports, Traffic
 from .server_step import Direction, ServerLRConfig
 
 Y_SLOT = "fedsum_y"
@@ -91,9 +91,7 @@ class _SUM(Algorithm):
     """The stochastic uplink-merge server and the per-client state common to the three variants."""
 
     Config = FedSUMBConfig
-    downlink_vectors = 1
-    uplink_vectors = 1
-    update_kind = UploadKind.GRADIENT_DIFFERENCE  # Δ_i = y_i^{t+1} − y_i^t
+    traffic = Traffic(upload=UploadKind.GRADIENT_DIFFERENCE)  # Δ_i = y_i^{t+1} − y_i^t
     requires_plain_sgd = True  # gradients are recovered from the plain-SGD end point (or the trainer's sum)
     cohort_bound = "recovers each report's gradients with the lr and local steps of the round's own cohort"
     state_attrs = ("y", "gammas", "k_mean")
@@ -171,7 +169,7 @@ class FedSUM(_SUM):
     """FedSUM: SCAFFOLD-style corrected local steps with c_i = y − y_i (2 vectors down, 1 up), merged by SUM."""
 
     Config = FedSUMConfig
-    downlink_vectors = 2  # x^t and y^t
+    traffic = Traffic(down=2, upload=UploadKind.GRADIENT_DIFFERENCE)  # x^t and y^t down
 
     def direction(self, clients: np.ndarray, global_params: torch.Tensor) -> torch.Tensor:
         """The server direction each client corrects towards: ``y^t`` for FedSUM (rows per client)."""
@@ -206,7 +204,7 @@ class FedSUMCR(FedSUM):
 receives."""
 
     Config = FedSUMConfig
-    downlink_vectors = 1  # x^t only
+    traffic = _SUM.traffic  # x^t only down
 
     state_attrs = ("last_selected", "x0")
 

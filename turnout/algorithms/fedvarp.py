@@ -37,7 +37,7 @@ class FedVARP(RememberingRule):
     """FedVARP: mean of stored client updates plus the participants' fresh corrections (variance reduction)."""
 
     Config = FedVARPConfig
-    dp_unsound = "keeps every client's latest raw update on the server (its variance-reduction memory)"
+    reads_each_report = "keeps every client's latest raw update on the server (its variance-reduction memory)"
 
     slot = SLOT  # y_i; the memory keeps Σ_i y_i too
 

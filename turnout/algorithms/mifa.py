@@ -37,7 +37,7 @@ class MIFA(RememberingRule):
     """MIFA: the server averages every client's latest update (zeros until it first reports), every round."""
 
     Config = MIFAConfig
-    dp_unsound = "keeps every client's latest raw update on the server and re-releases it each round"
+    reads_each_report = "keeps every client's latest raw update on the server and re-releases it each round"
 
     slot = SLOT  # G_i; the memory keeps Σ_i G_i too
 

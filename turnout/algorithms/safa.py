@@ -43,12 +43,13 @@ from pydantic import Field
 
 from ..config.limits import MAX_ROUNDS
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
+from .late_reports import LateReportsOption
 from .server_step import ServerLRConfig
 
 CACHE_SLOT = "safa_cache"
 
 
-class SAFAConfig(ServerLRConfig):
+class SAFAConfig(ServerLRConfig, LateReportsOption):
     aggregation: Literal["cache", "fedavg"] = Field(
         "cache", description="cache: weighted average of every client's latest model (SAFA); fedavg: weighted mean "
                              "of the round's fresh and stale deltas (REFL's SAFA emulation)")
@@ -57,6 +58,9 @@ class SAFAConfig(ServerLRConfig):
     cache_weighting: Literal["n_samples", "uniform"] = Field(
         "n_samples", description="p_k of the cache average: n_k / Σ n (SAFA) or 1/N")
 
+    def staleness_bound(self) -> int:
+        return int(self.max_staleness)
+
 
 @ALGORITHMS.register("safa")
 class SAFA(Algorithm):
@@ -64,8 +68,7 @@ class SAFA(Algorithm):
 client models."""
 
     Config = SAFAConfig
-    dp_unsound = "keeps a cache of every client's latest raw model on the server"
-    uses_stale_updates = True
+    reads_each_report = "keeps a cache of every client's latest raw model on the server"
 
     state_attrs = ("version", "x0", "cache_sum", "history")
     scratch_attrs = ("last_deprecated",)
@@ -80,10 +83,6 @@ client models."""
         self.cache_sum: torch.Tensor | None = None  # Σ_k p_k m_k (float64)
         self.history: dict[int, torch.Tensor] = {}
         self.last_deprecated = 0
-
-    @property
-    def max_staleness(self) -> int:  # the lag tolerance option; the class flag stays as declared
-        return int(self.cfg.max_staleness)
 
     def cache_rows(self, clients: np.ndarray) -> torch.Tensor:
         """Cached models of ``clients`` (``x^0`` for clients without a row), float64."""

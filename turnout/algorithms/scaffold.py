@@ -18,13 +18,13 @@ Forms (``docs/algorithms/baselines.md#scaffold``; FedSUM's communication count d
 one it used, [AMBIG]):
 
 * ``original`` (default): the client sends Δy **and** Δc, 2 model-sized
-  vectors up (``uplink_vectors = 2``). On the wire only Δy is carried through the engine; the
+  vectors up (``Traffic.up = 2``). On the wire only Δy is carried through the engine; the
   server rebuilds Δc = −c − Δy/(Kη) exactly, which is what the client would have sent.
 * ``single_uplink`` (Huang et al. 2023, SCALLION's form): the client sends one vector
   ``δ_i = ḡ_i − c_i`` (= Δc under option II, with ḡ_i the mean corrected-path gradient); the server
   rebuilds ``Δy = −Kη (δ_i + c)`` and ``Δc = δ_i``. Same model, half the upload bytes.
 
-Both forms send x and c down (``downlink_vectors = 2``).
+Both forms send x and c down (``Traffic.down = 2``).
 
 Choices: a round with η = 0 (a schedule's end point) leaves every c_i as it is; ``c_i`` changes only
 when the client's report is aggregated (a dropped or rejected report leaves both c_i and c
@@ -42,7 +42,7 @@ from pydantic import Field
 
 from ..core.capabilities import UploadKind
 from ..training.local_sgd import LocalObjective
-from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
+from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports, Traffic
 from .server_step import ServerLRConfig
 
 SLOT = "scaffold/c_i"
@@ -59,18 +59,15 @@ class Scaffold(Algorithm):
     """SCAFFOLD (option II): control variates correct client drift; original 2-vector or single-vector uplink."""
 
     Config = ScaffoldConfig
-    dp_unsound = "keeps per-client control variates built from raw updates, and uploads them un-noised"
-    downlink_vectors = 2
+    reads_each_report = "keeps per-client control variates built from raw updates, and uploads them un-noised"
     requires_plain_sgd = True  # option II inverts x_K = x_0 − η Σ (g + c − c_i)
     cohort_bound = "inverts each report with the lr and local steps of the round's own cohort (option II)"
 
     @classmethod
-    def upload_kind(cls, cfg: ScaffoldConfig) -> UploadKind:
-        return UploadKind.MODEL_DELTA if cfg.form == "original" else UploadKind.CONTROL_VARIATE
-
-    @property
-    def uplink_vectors(self) -> int:  # the original form sends Δy and Δc; the class flag stays as declared
-        return 2 if self.cfg.form == "original" else 1
+    def traffic_for(cls, cfg: ScaffoldConfig) -> Traffic:  # x and c down; Δy and Δc, or δ_i, up
+        if cfg.form == "original":
+            return Traffic(down=2, up=2)
+        return Traffic(down=2, upload=UploadKind.CONTROL_VARIATE)
 
     state_attrs = ("c",)
     scratch_attrs = ("_steps", "_lr")  # this round's K_i and η, set by begin_round

@@ -41,8 +41,7 @@ __all__ = ["AdaptiveServerConfig", "FedAdam", "FedYogi"]
 class _AdaptiveServer(Algorithm):
     Config = AdaptiveServerConfig
     rule: ClassVar[Literal["adam", "yogi"]]
-    sums_reports = True  # FedAvg's model deltas, read through Reports.weighted_mean() alone
-    dp_unsound = ""  # an optimizer step on the weighted mean of client deltas (post-processing of the noised sum)
+    reads_each_report = ""  # a step on the weighted mean of client deltas (post-processing of the noised sum)
 
     def __init__(self, cfg: AdaptiveServerConfig, ctx: AlgorithmContext):
         super().__init__(cfg, ctx)

@@ -47,36 +47,32 @@ Choices:
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Literal, Optional
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
 from pydantic import Field
 
-from ..config.limits import MAX_ROUNDS, MAX_SCALE
+from ..config.base import Fraction
+from ..config.limits import MAX_SCALE
 from ..core.state import Stateful
 from .base import ALGORITHMS, Algorithm, AlgorithmContext, Reports
+from .late_reports import UNBOUNDED, MaxStaleness
 from .server_step import ServerLRConfig, ServerOptimizer, ServerOptimizerOption
-
-#: ``max_staleness`` used when there is no bound (the engine compares ``round − origin ≤ max_staleness``).
-UNBOUNDED = 2**62
-
 
 #: the old name of the ``server_optimizer`` block
 StaleServerOptimizer = ServerOptimizer
 
 
-class StaleAwareConfig(ServerOptimizerOption, ServerLRConfig):
+class StaleAwareConfig(ServerOptimizerOption, ServerLRConfig, MaxStaleness):
     legacy_step_keys: ClassVar[tuple[str, ...]] = (*ServerLRConfig.legacy_step_keys, "server_optimizer")
 
     rule: Literal["refl", "equal", "dynsgd", "adasgd", "average"] = Field(
         "refl", description="staleness weight of a stale report: refl (deviation boost Λ_s), equal (1), dynsgd "
                             "(1/(τ+1)), adasgd (e^{−(τ+1)}), average (1/mean(τ+1))")
-    beta: float = Field(0.35, ge=0.0, le=1.0, description="β of the REFL rule")
+    beta: Fraction = Field(0.35, description="β of the REFL rule")
     scale_coff: float = Field(1.0, gt=0.0, le=MAX_SCALE,
                               description="c of the REFL rule (run scripts: 1, the paper's formula; parser default 10)")
-    max_staleness: Optional[int] = Field(None, ge=0, le=MAX_ROUNDS,
-                                         description="staleness bound in rounds (REFL: none; SAFA: 5)")
     use_stale: bool = Field(True, description="aggregate late reports when they arrive (false: drop them)")
     timing: Literal["physical", "refl_code"] = Field(
         "physical", description="physical: apply a late report in the round it arrives; refl_code: one round "
@@ -84,6 +80,9 @@ class StaleAwareConfig(ServerOptimizerOption, ServerLRConfig):
     combine: Literal["deltas", "models"] = Field(
         "deltas", description="deltas: stale deltas applied to the current model (paper); models: average full "
                               "local models x_origin + Δ (REFL code's send_delta = 0)")
+
+    def staleness_bound(self) -> int | None:
+        return super().staleness_bound() if self.use_stale else None
 
 
 def staleness_factors(rule: str, staleness: np.ndarray, deviation: np.ndarray | None = None, beta: float = 0.35,
@@ -152,14 +151,6 @@ class StaleAware(Algorithm):
         self.history: dict[int, torch.Tensor] = {}  # origin round → model (combine: models)
         self.last_stale_factor_mean = math.nan
         self.last_deviation = np.zeros(0)
-
-    @property
-    def uses_stale_updates(self) -> bool:  # the option decides; the class flag stays as declared
-        return bool(self.cfg.use_stale)
-
-    @property
-    def max_staleness(self) -> int:
-        return UNBOUNDED if self.cfg.max_staleness is None else int(self.cfg.max_staleness)
 
     # ------------------------------------------------------------------------------------------
     def _with_pending(self, round: int, reports: Reports) -> tuple[Reports, np.ndarray]:

@@ -13,15 +13,15 @@ names of FedAsync (Xie et al., 2019, §5.2) and FedBuff (Nguyen et al., AISTATS 
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 import numpy as np
 import torch
 from pydantic import Field
 
-from ..config.base import StrictModel
+from ..config.base import Fraction, StrictModel
 from ..config.limits import MAX_ROUNDS, MAX_SCALE
-from .stale_aware import UNBOUNDED, refl_deviation, staleness_factors
+from .stale_aware import refl_deviation, staleness_factors
 
 
 class StalenessConfig(StrictModel):
@@ -30,7 +30,7 @@ class StalenessConfig(StrictModel):
                                   "or refl (REFL's stale-aware weight against the buffer's fresh reports)")
     a: float = Field(0.5, ge=0.0, le=MAX_SCALE, description="a of the polynomial and hinge rules (FedBuff: 0.5)")
     b: int = Field(4, ge=0, le=MAX_ROUNDS, description="b of the hinge rule: staleness that is not discounted")
-    beta: float = Field(0.35, ge=0.0, le=1.0, description="β of the refl rule (REFL: 0.35)")
+    beta: Fraction = Field(0.35, description="β of the refl rule (REFL: 0.35)")
 
 
 def staleness_weights(cfg: StalenessConfig, staleness: np.ndarray, updates: torch.Tensor | None = None,
@@ -54,23 +54,4 @@ def staleness_weights(cfg: StalenessConfig, staleness: np.ndarray, updates: torc
     return s
 
 
-class MaxStaleness(StrictModel):
-    """The staleness bound of the asynchronous rules (older reports are dropped on arrival, their work wasted)."""
-
-    max_staleness: Optional[int] = Field(None, ge=0, le=MAX_ROUNDS,
-                                         description="drop reports more than this many server updates old (their "
-                                                     "work counts as wasted); unset: keep every report")
-
-
-class TakesStaleReports:
-    """Mixin of the asynchronous rules: every arriving report is aggregated, up to the ``max_staleness`` option."""
-
-    uses_stale_updates = True
-
-    @property
-    def max_staleness(self) -> int:
-        bound = self.cfg.max_staleness
-        return UNBOUNDED if bound is None else int(bound)
-
-
-__all__ = ["MaxStaleness", "StalenessConfig", "TakesStaleReports", "staleness_weights"]
+__all__ = ["StalenessConfig", "staleness_weights"]

@@ -31,7 +31,7 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
-from ..config.base import StrictModel
+from ..config.base import Fraction, StrictModel
 from ..config.limits import MAX_CLIENTS, MAX_ROUNDS
 from ..core import numerics
 from ..core import rng as rngmod
@@ -79,10 +79,9 @@ def _check_m(m: int, world: WorldContext) -> None:
 
 
 class _LabelMixOptions(StrictModel):
-    first_half_max: float = Field(1.0, ge=0.0, le=1.0,
-                                  description="u_c ~ U(0, this) for the first half of the classes (code: 1.0)")
-    second_half_max: float = Field(0.5, ge=0.0, le=1.0,
-                                   description="u_c ~ U(0, this) for the second half of the classes (code: 0.5)")
+    first_half_max: Fraction = Field(1.0, description="u_c ~ U(0, this) for the first half of the classes (code: 1.0)")
+    second_half_max: Fraction = Field(0.5,
+                                      description="u_c ~ U(0, this) for the second half of the classes (code: 0.5)")
 
 
 class _LabelMixBernoulli(BernoulliAvailability):
@@ -133,8 +132,8 @@ class P3Sine(_LabelMixBernoulli):
     """
 
     class Config(_LabelMixOptions):
-        a: float = Field(0.3, ge=0.0, le=1.0, description="sine amplitude")
-        b: float = Field(0.7, ge=0.0, le=1.0, description="sine offset")
+        a: Fraction = Field(0.3, description="sine amplitude")
+        b: Fraction = Field(0.7, description="sine offset")
         period: int = Field(20, ge=1, le=MAX_ROUNDS, description="period of the sine, in rounds")
 
     def probabilities(self, round: int) -> np.ndarray:
@@ -313,12 +312,11 @@ class BiasedByIndex(BernoulliAvailability):
 
     class Config(StrictModel):
         start: float = Field(0.5, gt=0.0, le=1.0, description="probability of the first block (clients 1–11)")
-        step: float = Field(0.05, ge=0.0, le=1.0, description="decrease per block")
+        step: Fraction = Field(0.05, description="decrease per block")
         block: Optional[int] = Field(None, ge=1, le=MAX_CLIENTS,
                                      description="clients per block (default ⌈11·N/100⌉: 11 for the paper's 100 "
                                                  "clients)")
-        min_prob: float = Field(0.0, ge=0.0, le=1.0,
-                                description="floor for blocks where start − step·k would fall below it")
+        min_prob: Fraction = Field(0.0, description="floor for blocks where start − step·k would fall below it")
 
         @field_validator("min_prob")
         @classmethod

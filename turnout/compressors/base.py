@@ -41,7 +41,7 @@ class Compressor(Stateful, Deployable, ABC):
     """
 
     Config: type[BaseModel]
-    #: the upload kinds (``Algorithm.update_kind``) this compressor may encode; ``None`` = any.
+    #: the upload kinds (``Algorithm.traffic``'s ``upload``) this compressor may encode; ``None`` = any.
     #: Config validation refuses other pairs instead of silently breaking an algorithm's invariants.
     #: Plain names are accepted and read as :class:`~turnout.core.capabilities.UploadKind` once, per class.
     accepts: frozenset[UploadKind] | None = None

@@ -6,7 +6,7 @@ from typing import Literal, Optional, Sequence
 
 from pydantic import Field, model_validator
 
-from ..config.base import StrictModel
+from ..config.base import Fraction, StrictModel
 from ..config.limits import MAX_ROUNDS
 from .base import COMPRESSORS
 from .sparse import ACCOUNTING_HELP, SCOPE_HELP, SparsifierBase
@@ -39,8 +39,8 @@ class GlueFLMaskShifting(SparsifierBase):
     class Config(StrictModel):
         ratio: float = Field(0.2, gt=0.0, le=1.0, description="q: total fraction sent per tensor (0.2 ShuffleNet, "
                                                               "0.3 MobileNet/ResNet-34)")
-        shared_ratio: float = Field(
-            0.16, ge=0.0, le=1.0, description="q_shr: fraction of each tensor in the shared mask (0.16 / 0.24); "
+        shared_ratio: Fraction = Field(
+            0.16, description="q_shr: fraction of each tensor in the shared mask (0.16 / 0.24); "
                                               "0 = no shared mask (STC-like)")
         regenerate_every: Optional[int] = Field(
             10, ge=1, le=MAX_ROUNDS,

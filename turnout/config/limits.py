@@ -27,6 +27,8 @@ MAX_WIDTH = 1_000_000
 MAX_LR = 100.0
 MAX_SERVER_LR = 1_000.0
 MAX_SCALE = 1_000.0
+#: Characters of a path or URI option (Linux's PATH_MAX).
+MAX_PATH = 4096
 #: Simulated seconds (a deadline, a window, an offset): about 32 years.
 MAX_SECONDS = 1e9
 #: Seconds of compute per training sample (an hour).

@@ -33,7 +33,7 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator, model_validator
 
 from ..core.errors import ConfigError
-from .base import StrictModel
+from .base import PathText, StrictModel
 from .limits import MAX_BATCH, MAX_EPOCHS, MAX_ROUNDS, MAX_SEED, MAX_STATE_MB
 
 #: Plugins an experiment may load, and live loggers a unit may feed.
@@ -135,7 +135,7 @@ class ExperimentConfig(StrictModel):
     no_train: bool = Field(False, description="system-only what-if mode: simulate availability, selection, round "
                                               "modes, bytes and time without training a model (`turnout run "
                                               "--no-train`)")
-    plugins: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
+    plugins: list[PathText] = Field(
         default_factory=list, max_length=MAX_PLUGINS,
         description="modules or .py files to import before validation; what they register is usable by name")
     loggers: list[Any] = Field(default_factory=list, max_length=MAX_LOGGERS,

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from ..config.base import StrictModel
+from ..config.base import PathText, StrictModel
 from ..config.components import validate_component
 from ..config.limits import MAX_FEATURES, MAX_SAMPLES
 from ..core import rng as rngmod
@@ -75,8 +75,8 @@ class HuggingFaceDataset:
     class Config(PooledSplitConfig):
         hub_id: str | None = Field(None, min_length=1, max_length=300,
                                    description="dataset on the Hugging Face hub, e.g. flwrlabs/femnist")
-        path: str | None = Field(None, min_length=1, max_length=4096,
-                                 description="local folder: written by save_to_disk, or holding parquet/arrow files")
+        path: PathText | None = Field(
+            None, description="local folder: written by save_to_disk, or holding parquet/arrow files")
         subset: str | None = Field(None, max_length=200, description="the hub dataset's configuration (subset) name")
         cache_dir: str | None = Field(None, max_length=4096,
                                       description="datasets cache for hub_id (default: HF_DATASETS_CACHE)")

@@ -24,13 +24,13 @@ from pydantic import Field
 from torch import nn
 
 from ..algorithms.base import Algorithm
-from ..config.base import NoOptions, StrictModel
+from ..config.base import NoOptions
 from ..config.limits import MAX_STATE_MB
 from ..data.federated import FederatedDataset
 from ..models.flat import FlatModel
 from ..training.local_sgd import LocalTrainer
-from .base import EXECUTORS, ClientBatch, CohortResult, Executor
-from .parallel import ParallelConfig, ParallelExecutor, available_cores
+from .base import EXECUTORS, ClientBatch, CohortResult, Executor, WorkersOption
+from .parallel import ParallelConfig, ParallelExecutor
 from .sequential import SequentialExecutor
 from .vectorized import VectorizedConfig, VectorizedExecutor
 
@@ -41,9 +41,7 @@ DENSE_LAYERS = (nn.Linear, nn.Flatten, nn.Identity, nn.ReLU, nn.ReLU6, nn.LeakyR
                 nn.SiLU, nn.ELU, nn.Softplus)
 
 
-class AutoConfig(StrictModel):
-    workers: int | None = Field(None, ge=1, le=256, description="cores rule 4 counts and parallel's worker processes "
-                                                                "(default: the available cores)")
+class AutoConfig(WorkersOption):
     memory_mb: float = Field(512.0, gt=0.0, le=MAX_STATE_MB,
                              description="vectorized's memory budget per chunk of clients")
 
@@ -78,14 +76,9 @@ class AutoExecutor(Executor):
 
     reports_on_device = True  # on a device it runs vectorized or sequential, which both leave reports there
 
-    @classmethod
-    def processes(cls, cfg: AutoConfig) -> int:
-        """As many as ``parallel`` would start: the rule may pick it for any round on a CPU."""
-        return cfg.workers or available_cores()
-
     def __init__(self, cfg: AutoConfig):
         super().__init__(cfg)
-        self.cores = cfg.workers or available_cores()
+        self.cores = cfg.worker_count()  # as many as parallel would start: the rule may pick it on a CPU
         self.executors: dict[str, Executor] = {}
         self.rounds: dict[str, int] = {}
         self.reasons: dict[str, str] = {}

@@ -7,18 +7,39 @@ float tolerance), which is why all randomness a client uses comes from its own
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ..algorithms.base import Algorithm
+from ..config.base import StrictModel
 from ..core.records import ClientBatch, CohortResult
 from ..core.registry import Registry
 from ..data.federated import FederatedDataset
 from ..training.local_sgd import LocalTrainer
 
 EXECUTORS: Registry = Registry("executor", "how local training is run")
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+class WorkersOption(StrictModel):
+    """The config of an executor that starts worker processes (``parallel``; ``auto``, which may pick it)."""
+
+    workers: int | None = Field(None, ge=1, le=256, description="worker processes of parallel (auto: also the cores "
+                                                                "its choice counts); default: the available cores")
+
+    def worker_count(self) -> int:
+        """The workers asked for, else the cores this process may run on."""
+        return self.workers or available_cores()
 
 
 class Executor(ABC):
@@ -54,8 +75,9 @@ class Executor(ABC):
 
     @classmethod
     def processes(cls, cfg: BaseModel) -> int:
-        """Worker processes this executor may start besides the driver (pre-flight counts their memory)."""
-        return 0
+        """Worker processes this executor may start besides the driver (pre-flight counts their memory): its
+        config's ``workers`` (:class:`WorkersOption`), or none."""
+        return cfg.worker_count() if isinstance(cfg, WorkersOption) else 0
 
     def holds_reports(self) -> bool:
         """Whether it keeps the reports where it trained them when a batch allows it (``ClientBatch.hold_reports``),

@@ -19,7 +19,6 @@ at the end. A worker that dies or fails stops the run with one line saying which
 
 from __future__ import annotations
 
-import os
 import pickle
 import subprocess
 import sys
@@ -28,16 +27,14 @@ from multiprocessing.connection import wait
 
 import numpy as np
 import torch
-from pydantic import Field
 
 from ..algorithms.base import Algorithm
-from ..config.base import StrictModel
 from ..core.errors import ConfigError, TurnoutError
 from ..core.worker_process import WorkerProcess
 from ..data.federated import FederatedDataset
 from ..training.local_sgd import LocalTrainer
 from . import worker as worker_module
-from .base import EXECUTORS, ClientBatch, CohortResult, Executor
+from .base import EXECUTORS, ClientBatch, CohortResult, Executor, WorkersOption
 from .cohort import InOrderUpdates, chunk_size, empty_result, prepare
 from .shared import SharedDir
 
@@ -47,14 +44,6 @@ STOP_TIMEOUT_S = 5.0
 
 class WorkerError(TurnoutError):
     """A worker process died or failed; the simulation cannot go on."""
-
-
-def available_cores() -> int:
-    """CPU cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 #: What a worker process is taken to hold when it cannot be measured (its interpreter, torch and turnout).
@@ -82,8 +71,8 @@ def worker_process_bytes() -> int:
     return _measured[0]
 
 
-class ParallelConfig(StrictModel):
-    workers: int | None = Field(None, ge=1, le=256, description="worker processes (default: the available cores)")
+class ParallelConfig(WorkersOption):
+    pass
 
 
 class WorkerPool:
@@ -192,13 +181,9 @@ class ParallelExecutor(Executor):
 
     Config = ParallelConfig
 
-    @classmethod
-    def processes(cls, cfg: ParallelConfig) -> int:
-        return cfg.workers or available_cores()
-
     def __init__(self, cfg: ParallelConfig):
         super().__init__(cfg)
-        self.workers = cfg.workers or available_cores()
+        self.workers = cfg.worker_count()
         self.pool: WorkerPool | None = None
 
     def run(self, batch: ClientBatch, algorithm: Algorithm, trainer: LocalTrainer,

@@ -108,8 +108,9 @@ class DeviceWork(TrainedWork):
         self._round: dict = {}
 
     def pricer(self, sim: Simulation) -> ReportedTiming:
-        return ReportedTiming(sim.population, sim.ledger, sim.compressor, sim.algorithm.downlink_vectors,
-                              sim.model.buffer_bytes(), clock=self.clock)
+        down = sim.algorithm.traffic_for(sim.algorithm.cfg).down
+        return ReportedTiming(sim.population, sim.ledger, sim.compressor, down, sim.model.buffer_bytes(),
+                              clock=self.clock)
 
     def attach(self, sim: Simulation) -> None:
         self.derive = derives_upload(sim.exp)
@@ -240,8 +241,8 @@ class DeviceWork(TrainedWork):
         if self.derive and got.any():
             idx = torch.from_numpy(np.flatnonzero(got))
             decoded[idx], up[got] = sim.compressor.encode_uploads(r, clients[got], decoded[idx])
-        payload = np.asarray(sim.algorithm.upload_bytes(r, clients, decoded, up * sim.algorithm.uplink_vectors),
-                             dtype=np.int64)
+        vectors = sim.algorithm.traffic_for(sim.algorithm.cfg).up
+        payload = np.asarray(sim.algorithm.upload_bytes(r, clients, decoded, up * vectors), dtype=np.int64)
         result = CohortResult(updates=decoded, losses=losses, samples=samples, buffers=buffers)
         return WorkDone(result=result, decoded=decoded, payload_up=payload, replied=got)
 

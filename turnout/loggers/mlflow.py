@@ -14,7 +14,7 @@ from typing import Optional
 
 from pydantic import Field
 
-from ..config.base import StrictModel
+from ..config.base import PathText, StrictModel
 from .base import LOGGERS, Logger, LogRun, summary_metrics
 
 #: MLflow's limits: parameters per batch call, characters of a parameter value
@@ -26,9 +26,9 @@ class MLflowLogger(Logger):
     """MLflow tracking: every round's metrics (step = round) and the config as parameters, one run per unit."""
 
     class Config(StrictModel):
-        tracking_uri: Optional[str] = Field(None, min_length=1, max_length=4096,
-                                            description="MLflow tracking URI (file:/..., http://...); null: "
-                                                        "$MLFLOW_TRACKING_URI, else file:<run folder>/mlruns")
+        tracking_uri: Optional[PathText] = Field(None, description="MLflow tracking URI (file:/..., http://...); "
+                                                                   "null: $MLFLOW_TRACKING_URI, else "
+                                                                   "file:<run folder>/mlruns")
         experiment: Optional[str] = Field(None, min_length=1, max_length=500,
                                           description="MLflow experiment name; null: the turnout experiment's name")
 

@@ -11,7 +11,7 @@ from typing import Optional
 import yaml
 from pydantic import Field
 
-from ..config.base import StrictModel
+from ..config.base import PathText, StrictModel
 from .base import LOGGERS, Logger, LogRun
 
 
@@ -20,9 +20,8 @@ class TensorBoardLogger(Logger):
     """TensorBoard event files: every round's metrics (step = round) and the config as HParams, one run per unit."""
 
     class Config(StrictModel):
-        log_dir: Optional[str] = Field(None, min_length=1, max_length=4096,
-                                       description="folder of the TensorBoard runs (relative: to the run folder); "
-                                                   "null: the run folder's tensorboard/")
+        log_dir: Optional[PathText] = Field(None, description="folder of the TensorBoard runs (relative: to the run "
+                                                              "folder); null: the run folder's tensorboard/")
         flush_secs: float = Field(10.0, gt=0.0, le=3600.0, description="seconds between flushes to disk")
 
     requires = (("tensorboardX", "tensorboard"),)

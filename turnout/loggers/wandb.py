@@ -11,7 +11,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from ..config.base import StrictModel
+from ..config.base import PathText, StrictModel
 from .base import LOGGERS, Logger, LogRun, summary_metrics
 
 
@@ -25,9 +25,8 @@ class WandbLogger(Logger):
         entity: Optional[str] = Field(None, min_length=1, max_length=128, description="W&B entity (user or team)")
         mode: Optional[Literal["online", "offline", "disabled"]] = Field(
             None, description="null: W&B's own choice ($WANDB_MODE, else online)")
-        dir: Optional[str] = Field(None, min_length=1, max_length=4096,
-                                   description="where W&B keeps its files (relative: to the run folder); null: the "
-                                               "run folder")
+        dir: Optional[PathText] = Field(None, description="where W&B keeps its files (relative: to the run folder); "
+                                                          "null: the run folder")
 
     requires = (("wandb", "wandb"),)
 

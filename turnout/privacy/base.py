@@ -5,7 +5,7 @@ compressor encodes it), the round's reports just before the server rule reads th
 (:meth:`Privacy.privatize`: noise on the clipped sum), who could have been chosen in each round
 (:meth:`Privacy.record_selection`, for amplified accounting) and, at the end, how often each client was
 aggregated (:meth:`Privacy.summary`). It never edits a server rule: a rule whose step is a weighted mean
-of the reports (``Algorithm.dp_unsound == ""``) reads the noised estimate through ``Reports.weighted_mean``.
+of the reports (``Algorithm.reads_each_report == ""``) reads the noised estimate through ``Reports.weighted_mean``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from ..config.base import StrictModel
+from ..config.base import Fraction, StrictModel
 from ..core import rng as rngmod
 from ..core.capabilities import WorldNeed
 from ..core.errors import ConfigError
@@ -30,7 +30,7 @@ from .clipping import NoisedReports, clip_rows
 class AdaptiveClipConfig(StrictModel):
     """Andrew et al. 2021's geometric update of the clip norm towards a target quantile of the norms."""
 
-    target_quantile: float = Field(0.5, ge=0.0, le=1.0, description="γ: the share of reports to leave unclipped")
+    target_quantile: Fraction = Field(0.5, description="γ: the share of reports to leave unclipped")
     clip_lr: float = Field(0.2, gt=0.0, le=10.0, description="η_C: the geometric step of the clip norm")
     count_noise: float | None = Field(None, gt=0.0, le=1e6,
                                       description="σ_b: std of the noise on the unclipped count (null: K / 20, the "

@@ -36,16 +36,15 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from ..config.base import StrictModel
-from ..config.limits import MAX_CLIENTS, MAX_SECONDS
+from ..config.base import Seconds, StrictModel
+from ..config.limits import MAX_CLIENTS
 from .base import ROUND_MODES, RoundClose, RoundMode
 from .over_commit import first_to_deliver
 
 
 class DeadlineConfig(StrictModel):
-    deadline_s: float = Field(100.0, gt=0.0, le=MAX_SECONDS,
-                              description="round deadline d in simulated seconds (REFL: 100; 300 for NLP; "
-                                          "at most 1e9)")
+    deadline_s: Seconds = Field(100.0, description="round deadline d in simulated seconds (REFL: 100; 300 for NLP; "
+                                                 "at most 1e9)")
     keep_late: bool = Field(
         True, description="true: clients that miss the deadline but do not drop out keep training and are "
                           "flagged late (stale reports for a later round, REFL's SAA); false: the server "

@@ -42,7 +42,8 @@ import torch
 
 from ..config.loader import ResolvedExperiment
 from ..core.errors import ConfigError, ConfigWarning
-from ..executors.parallel import available_cores, worker_process_bytes
+from ..executors.base import available_cores
+from ..executors.parallel import worker_process_bytes
 
 #: Model-sized float32 vectors a simulation keeps besides the cohort's (global model, server momentum
 #: or Adam moments, the coordinate ledger's int64 rounds, an evaluation copy, aggregation buffers).

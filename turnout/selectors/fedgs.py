@@ -30,8 +30,8 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from ..config.base import StrictModel
-from ..config.limits import MAX_CLIENTS, MAX_COUNT, MAX_FEATURES, MAX_ROUNDS, MAX_SCALE, MAX_SECONDS
+from ..config.base import Seconds, StrictModel
+from ..config.limits import MAX_CLIENTS, MAX_COUNT, MAX_FEATURES, MAX_ROUNDS, MAX_SCALE
 from ..core import rng as rngmod
 from ..core.capabilities import WorldNeed
 from ..core.errors import ConfigError
@@ -111,8 +111,8 @@ class FedGS(Selector):
                                            "the same seed gives the same cohorts on any machine)")
         node_limit: int = Field(solvermod.NODE_LIMIT, ge=1, le=MAX_COUNT,
                                 description="exact: most HiGHS branch-and-bound nodes per solve (a work limit)")
-        time_limit_s: Optional[float] = Field(
-            None, gt=0.0, le=MAX_SECONDS,
+        time_limit_s: Optional[Seconds] = Field(
+            None,
             description="optional wall-clock limit per solve on top of the work limits (FedGS gave Gurobi 5 s); "
                         "NOT reproducible: a solve it cuts depends on the machine's speed and load at that moment")
         heuristic_starts: int = Field(8, ge=1, le=1000, description="greedy starting points of the heuristic")

@@ -64,7 +64,7 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field
 
-from ..config.base import StrictModel
+from ..config.base import Fraction, StrictModel
 from ..config.limits import MAX_CLIENTS, MAX_ROUNDS, MAX_SAMPLES, MAX_SCALE
 from ..world.context import WorldContext
 from .base import SELECTORS, Cohort, RoundFeedback, SelectionContext, Selector
@@ -120,19 +120,19 @@ class OortSelector(Selector):
         clients_per_round: int = Field(10, ge=1, le=MAX_CLIENTS, description="K: reports wanted per round")
         weighting: Literal["n_samples", "equal"] = Field(
             "n_samples", description="aggregation weight: n_k / Σ n over the reports received, or equal")
-        exploration_factor: float = Field(0.9, ge=0.0, le=1.0, description="initial ε (share of explored slots)")
+        exploration_factor: Fraction = Field(0.9, description="initial ε (share of explored slots)")
         exploration_decay: float = Field(0.98, gt=0.0, le=1.0, description="ε is multiplied by this every round")
-        exploration_min: float = Field(0.3, ge=0.0, le=1.0, description="floor of ε")
+        exploration_min: Fraction = Field(0.3, description="floor of ε")
         round_threshold: float = Field(30.0, ge=0.0, le=100.0,
                                        description="initial percentile of client durations giving T_pref (100: none)")
         round_penalty: float = Field(2.0, ge=0.0, le=MAX_SCALE,
                                      description="exponent of the (T_pref / duration) penalty")
         pacer_step: int = Field(20, ge=1, le=MAX_ROUNDS, description="rounds per pacer window")
         pacer_delta: float = Field(5.0, ge=0.0, le=100.0, description="pacer's change of round_threshold")
-        clip_bound: float = Field(0.95, ge=0.0, le=1.0,
-                                  description="rewards are clipped at this percentile (Oort: 95th; REFL's parser: 0.9)")
-        cut_off_util: float = Field(0.05, ge=0.0, le=1.0,
-                                    description="exploit candidates stop below this share of the exploitLen-th score")
+        clip_bound: Fraction = Field(
+            0.95, description="rewards are clipped at this percentile (Oort: 95th; REFL's parser: 0.9)")
+        cut_off_util: Fraction = Field(
+            0.05, description="exploit candidates stop below this share of the exploitLen-th score")
         sample_window: float = Field(5.0, ge=1.0, le=MAX_CLIENTS,
                                      description="explore among the top sample_window × exploreLen")
         uncertainty: float = Field(0.1, ge=0.0, le=MAX_SCALE,

@@ -54,8 +54,8 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field
 
-from ..config.base import StrictModel
-from ..config.limits import MAX_CLIENTS, MAX_COUNT, MAX_ROUNDS, MAX_SECONDS
+from ..config.base import Fraction, Seconds, StrictModel
+from ..config.limits import MAX_CLIENTS, MAX_COUNT, MAX_ROUNDS
 from ..core.capabilities import WorldNeed
 from ..world.context import WorldContext
 from .availability_predictor import PREDICTORS, AvailabilityPredictor
@@ -105,16 +105,14 @@ class REFLSelector(Selector):
         apt: Literal["off", "paper", "capped"] = Field(
             "off", description="Adaptive Participant Target: paper N_t = max(1, N_0 − B_t); capped (code) "
                                "N_t = max(⌊cap·N_0⌋, N_0 − B_t); B_t = late reports due within the window")
-        apt_cap: float = Field(0.5, ge=0.0, le=1.0, description="cap of apt: capped (REFL adapt_selection_cap)")
-        window_s: Optional[float] = Field(
-            None, gt=0.0, le=MAX_SECONDS,
+        apt_cap: Fraction = Field(0.5, description="cap of apt: capped (REFL adapt_selection_cap)")
+        window_s: Optional[Seconds] = Field(
+            None,
             description="look-ahead window w in seconds (unset: the moving-average round duration μ_t; REFL's DL mode "
                         "uses the deadline)")
-        initial_window_s: float = Field(1000.0, gt=0.0, le=MAX_SECONDS,
-                                        description="w before any round has closed (REFL initial_deadline)")
-        history_period_s: Optional[float] = Field(
-            86400.0, gt=0.0, le=MAX_SECONDS,
-            description="history predictor: period of the phase bins (a day); unset: plain frequency")
+        initial_window_s: Seconds = Field(1000.0, description="w before any round has closed (REFL initial_deadline)")
+        history_period_s: Optional[Seconds] = Field(
+            86400.0, description="history predictor: period of the phase bins (a day); unset: plain frequency")
         history_bins: int = Field(24, ge=1, le=1024, description="history predictor: phase bins per period")
         history_prior: float = Field(2.0, ge=0.0, le=MAX_COUNT,
                                      description="history predictor: pseudo-observations shrinking a bin "

@@ -79,7 +79,7 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field, model_validator
 
-from ..config.base import StrictModel
+from ..config.base import Fraction, StrictModel
 from ..config.limits import MAX_CLIENTS
 from ..core import rng as rngmod
 from ..core.errors import ConfigError
@@ -128,11 +128,10 @@ class StickySelector(Selector):
             None, ge=0, le=MAX_CLIENTS,
             description="C: clients per round drawn from the sticky group (unset: K − max(1, "
                         "round(K/5)), GlueFL's 24 of 30); K − C is GlueFL's sticky_group_change_num")
-        overcommit_weight: Optional[float] = Field(
-            0.4, ge=0.0, le=1.0,
-            description="share of the over-commitment extras drawn from outside the sticky group (GlueFL "
-                        "overcommit_weight; 0.4 in every shipped config, 0.9 is App. F's best '10%' strategy); "
-                        "unset: split in proportion C : K − C (the paper's default, the code's −1)")
+        overcommit_weight: Optional[Fraction] = Field(
+            0.4, description="share of the over-commitment extras drawn from outside the sticky group (GlueFL "
+                             "overcommit_weight; 0.4 in every shipped config, 0.9 is App. F's best '10%' strategy); "
+                             "unset: split in proportion C : K − C (the paper's default, the code's −1)")
         weights: Literal["paper", "code", "equal"] = Field(
             "paper", description="paper: ν_s = (S/C_act)p_i, ν_r = ((N−S)/R_act)p_i with the actual counts; code: "
                                  "ν_s = p_i·S/(K_run − (K−C)), ν_r = p_i·(N−S)/(K−C); equal: the biased "

@@ -39,7 +39,7 @@ def compressor_accepts_upload(exp: ResolvedExperiment, prefix: str) -> None:
     kind = algo.cls.upload_kind(algo.cfg)
     if comp.cls.accepts is not None and kind not in comp.cls.accepts:
         ok = [name for name, cls in registries()["compressor"] if cls.accepts is None or kind in cls.accepts]
-        own = algo.cls.own_compression
+        own = algo.cls.traffic_for(algo.cfg).own_compression
         raise ConfigError(f"{prefix}compressor.name", comp.name,
                           f"cannot encode {algo.name}'s uploads ({kind}); use one of: {', '.join(ok)}"
                           + (f"; to compress them, set {own}" if own else ""))
@@ -169,16 +169,16 @@ def refilled_rounds(exp: ResolvedExperiment, prefix: str) -> None:
 
 def privacy_protects_rule(exp: ResolvedExperiment, prefix: str) -> None:
     """Client-level DP noises the clipped sum, and secure aggregation shows the server only the sum: both are refused
-    for a rule that reads each report (``Algorithm.dp_unsound``), and DP needs ``dp-accounting`` (extra privacy)."""
+    for a rule that reads each report (``Algorithm.reads_each_report``); DP needs ``dp-accounting`` (extra privacy)."""
     algo, priv, sa = exp["algorithm"], exp["privacy"], exp["secure_aggregation"]
-    ok = [name for name, cls in registries()["algorithm"] if not cls.dp_unsound]
+    ok = [name for name, cls in registries()["algorithm"] if not cls.reads_each_report]
     for key, comp, what in ((f"{prefix}privacy.name", priv, "client-level DP"),
                             (f"{prefix}secure_aggregation.name", sa, "secure aggregation")):
         if comp.name == "none":
             continue
-        if algo.cls.dp_unsound:
+        if algo.cls.reads_each_report:
             raise ConfigError(key, comp.name, f"{what} cannot protect algorithm {algo.name}: it "
-                                              f"{algo.cls.dp_unsound}; use one of: {', '.join(ok)}")
+                                              f"{algo.cls.reads_each_report}; use one of: {', '.join(ok)}")
     if priv.name != "none":
         kind = algo.cls.upload_kind(algo.cfg)
         if str(kind) != "model_delta":

@@ -59,7 +59,8 @@ class SystemOnlyWork(Work):
     def train(self, sim, opened: Opened, order: TrainOrder) -> WorkDone:
         k = opened.size
         samples = samples_processed(sim.population.n_train[opened.clients], sim.exp.train.batch_size, order.steps)
-        up = np.asarray(sim.compressor.dense_upload_bytes(k), dtype=np.int64) * sim.algorithm.uplink_vectors
+        up = (np.asarray(sim.compressor.dense_upload_bytes(k), dtype=np.int64)
+              * sim.algorithm.traffic_for(sim.algorithm.cfg).up)
         nothing = torch.zeros((k, 0))
         result = CohortResult(updates=nothing, losses=np.full(k, np.nan), samples=samples, buffers=[{}] * k)
         return WorkDone(result=result, decoded=nothing, payload_up=up)

@@ -6,7 +6,7 @@ closed (:class:`~turnout.world.late.LateBuffer`). What a round then makes of the
 <turnout.round_modes.base.RoundMode.timing>` through :data:`TIMINGS`:
 
 * :class:`SynchronousTiming` (wait-all, deadline, over-commitment): a round closes on its own cohort; late
-  reports arrive when they arrive and the server rule takes those it can use (``uses_stale_updates``, at most
+  reports arrive when they arrive and the server rule takes those it can use (at most the rule's
   ``max_staleness`` rounds old); the selector learns from the round's cohort; the row's cohort columns describe
   the launched cohort.
 * :class:`AsynchronousTiming` (FedAsync, FedBuff; notes: ``docs/algorithms/asynchronous.md``): every report
@@ -53,9 +53,10 @@ class Timing(ABC):
 
     def takes_stale(self, r: int, origin_round: np.ndarray) -> np.ndarray:
         """Which reports started in ``origin_round`` the server rule takes in round ``r`` by its own rule: it uses
-        stale reports and they are at most ``max_staleness`` rounds old."""
+        late reports and they are at most ``max_staleness`` rounds old."""
         age = r - np.asarray(origin_round, np.int64)
-        return np.full(len(age), self.algorithm.uses_stale_updates) & (age <= self.algorithm.max_staleness)
+        bound = self.algorithm.max_staleness
+        return np.zeros(len(age), bool) if bound is None else age <= bound
 
     @abstractmethod
     def usable(self, r: int, origin_round: np.ndarray) -> np.ndarray:

@@ -68,8 +68,8 @@ class Work(ABC):
 
     def pricer(self, sim: Simulation) -> WirePricer:
         """The pricer of this run's bytes and seconds (the device model, unless a deployment measures)."""
-        return WirePricer(sim.population, sim.ledger, sim.compressor, sim.algorithm.downlink_vectors,
-                          sim.model.buffer_bytes())
+        down = sim.algorithm.traffic_for(sim.algorithm.cfg).down
+        return WirePricer(sim.population, sim.ledger, sim.compressor, down, sim.model.buffer_bytes())
 
     def attach(self, sim: Simulation) -> None:  # noqa: B027 (a hook)
         """Called once, when the loop that will call this work is built."""
@@ -137,8 +137,8 @@ class TrainedWork(Work):
         result = sim.executor.run(batch, sim.algorithm, sim.trainer, sim.data)
         reports = sim.privacy.clip(r, clients, result.updates)  # where a client's update becomes a report
         decoded, up = sim.compressor.encode_uploads(r, clients, reports)
-        up = sim.algorithm.upload_bytes(r, clients, reports,
-                                        np.asarray(up, dtype=np.int64) * sim.algorithm.uplink_vectors)
+        vectors = sim.algorithm.traffic_for(sim.algorithm.cfg).up
+        up = sim.algorithm.upload_bytes(r, clients, reports, np.asarray(up, dtype=np.int64) * vectors)
         return WorkDone(result=result, decoded=decoded, payload_up=up)
 
     def aggregate(self, sim: Simulation, r: int, reports: Reports, trained: Trained, settled: Settled) -> int:
@@ -212,8 +212,8 @@ def held_reports(sim: Simulation) -> tuple[bool, str]:
     algorithm = type(parts.algorithm)
     reads_each = [
         (not isinstance(sim.work, TrainedWork), "the work trains no model with the executor here"),
-        (not algorithm.sums_reports, f"algorithm {sim.exp['algorithm'].name} reads each report, not only their "
-                                     "weighted sum"),
+        (bool(algorithm.reads_each_report), f"algorithm {sim.exp['algorithm'].name} reads each report, not only "
+                                            "their weighted sum"),
         # the actors make each report as the default hook does; a rule that changed the hooks keeps its reports
         (algorithm.client_update is not Algorithm.client_update or algorithm.upload_bytes is not Algorithm.upload_bytes,
          f"algorithm {sim.exp['algorithm'].name} makes or prices its reports itself (client_update, upload_bytes)"),

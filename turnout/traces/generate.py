@@ -53,7 +53,7 @@ import numpy as np
 from pydantic import Field, field_validator
 from scipy.special import ndtr
 
-from ..config.base import StrictModel
+from ..config.base import Fraction, StrictModel
 from ..core import rng as rngmod
 from ..core.errors import DataError
 from .memory import trim_heap
@@ -158,10 +158,9 @@ class GeneratorConfig(StrictModel):
     days: int = Field(6, ge=1, le=366, description="trace length; the period is days × 86,400 s (FedScale: 6)")
     session_mean_s: float = Field(3600.0, gt=0, description="online seconds per extra session of a day")
     max_sessions_per_day: int = Field(8, ge=1, le=96, description="cap on sessions per client-day")
-    day_correlation: float = Field(0.6, ge=0.0, le=1.0,
-                                   description="correlation of a client's days (Gaussian copula); 0 = independent")
-    diurnal_strength: float = Field(1.0, ge=0.0, le=1.0,
-                                    description="0 = session starts uniform over the day, 1 = the full profile")
+    day_correlation: Fraction = Field(0.6,
+                                      description="correlation of a client's days (Gaussian copula); 0 = independent")
+    diurnal_strength: Fraction = Field(1.0, description="0 = session starts uniform over the day, 1 = the full profile")
     diurnal_profile: tuple[float, ...] | None = Field(None, description="24 hourly weights (default: built-in)")
     calibration_path: str | None = Field(None, description="Stunner onlinePercentDist.out to calibrate to")
     day_start_hour: float = Field(12.0, ge=0.0, lt=24.0, description="local hour a client's day starts "

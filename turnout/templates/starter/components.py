@@ -72,6 +72,11 @@ class ClippedMean(Algorithm):
     clients × parameters tensor, ``reports.weights`` the selector's weights) and it returns the direction
     to move in; the server step (``server_lr``, or a ``server_step`` block: SGD, momentum, Adam, Yogi,
     Adagrad) applies it. The clients run FedAvg's local SGD (the client hooks' defaults).
+
+    What it declares are the defaults (docs/components.md): one model delta each way (``traffic``); reports of
+    earlier cohorts are welcome (``cohort_bound`` empty); it reads each report (``reads_each_report``'s default
+    reason), so client-level DP and secure aggregation are refused; late reports are dropped, as its Config has no
+    ``max_staleness`` option (``turnout.algorithms.late_reports.MaxStaleness``).
     """
 
     class Config(ServerLRConfig):  # server_lr and the server_step block come with it
