@@ -48,6 +48,15 @@ class OverCommitConfig(StrictModel):
                            "(stale) reports for a later round (REFL's SAA)")
 
 
+def over_committed(target: int, oc: float, rounding: str = "ceil") -> int:
+    """How many clients to launch for ``target`` reports at over-commitment ``oc`` (never fewer than ``target``)."""
+    if rounding == "round":
+        # FedScale / REFL: ``num_to_sample = round(total_worker * overcommitment)`` on floats.
+        return max(target, int(round(target * oc)))
+    # Decimal on the option's shortest repr so that 1.3·10 is exactly 13, not 13.000000000000002 → 14.
+    return max(target, math.ceil(Decimal(repr(oc)) * target))
+
+
 def first_to_deliver(finish_s: np.ndarray, candidates: np.ndarray, k: int) -> np.ndarray:
     """Mask of the first ``k`` of ``candidates`` to deliver; ties go to the lower cohort index."""
     idx = np.flatnonzero(candidates)
@@ -64,11 +73,7 @@ class OverCommit(RoundMode):
     Config = OverCommitConfig
 
     def launch_count(self, target: int) -> int:
-        if self.cfg.rounding == "round":
-            # FedScale / REFL: ``num_to_sample = round(total_worker * overcommitment)`` on floats.
-            return max(target, int(round(target * self.cfg.oc)))
-        # Decimal on the option's shortest repr so that 1.3·10 is exactly 13, not 13.000000000000002 → 14.
-        return max(target, math.ceil(Decimal(repr(self.cfg.oc)) * target))
+        return over_committed(target, self.cfg.oc, self.cfg.rounding)
 
     def close(self, finish_s: np.ndarray, dropped_at_s: np.ndarray, target: int) -> RoundClose:
         finish_s = np.asarray(finish_s, dtype=np.float64)
