@@ -39,7 +39,7 @@ from turnout.sim.engine import Simulation
 from turnout.training.local_sgd import LocalTrainer
 from turnout.training.stacked_sgd import StackedTrainer
 
-PHASES = ("_open", "_train", "_settle", "_aggregate", "_account", "_evaluate")
+PHASES = ("_open", "_train", "_settle", "_aggregate", "_account", "evaluate")
 #: what a phase's time is read from: wall time (``--clock wall``), or the process's CPU time over all its threads
 #: (``--clock cpu``: on a CPU shared with other work, what the round itself cost, whatever else ran)
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -151,10 +151,10 @@ def main() -> None:
     for name in PHASES:
         ts = times.get(name, [])
         if ts:
-            print(f"  {name[1:]:<10} {sum(ts) / args.rounds * 1e3:8.2f} ms a round  (median call "
+            print(f"  {name.lstrip('_'):<10} {sum(ts) / args.rounds * 1e3:8.2f} ms a round  (median call "
                   f"{statistics.median(ts) * 1e3:.2f} ms, {len(ts)} calls)")
     training = sum(times.get("training", [])) / args.rounds
-    evaluation = sum(times.get("_evaluate", [])) / args.rounds
+    evaluation = sum(times.get("evaluate", [])) / args.rounds
     own = wall - sum(times.get("floor", [])) / args.rounds  # the floor's products are timed inside the rounds
     engine = own - training - evaluation
     print(f"a round ({own * 1e3:.2f} ms, the floor's products left out): training {training * 1e3:.2f} ms "

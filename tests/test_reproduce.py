@@ -260,6 +260,17 @@ def test_reproduce_refuses_bad_arguments_in_one_line(capsys):
     assert "--full = True: goes with --check" in capsys.readouterr().err
 
 
+def test_report_without_runs_says_what_to_run_in_one_line(tmp_path, monkeypatch):
+    """Re-writing a page needs its run folders; without them the command says which run makes them."""
+    monkeypatch.chdir(tmp_path)
+    res = subprocess.run([sys.executable, "-m", "turnout", "reproduce", "--report", "gluefl"], cwd=tmp_path,
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode != 0
+    err = res.stderr.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    assert "runs/reproduce/gluefl/page.json does not exist" in err and "run `turnout reproduce gluefl` first" in err
+
+
 def test_list_names_every_page_with_its_slice(capsys):
     assert main(["reproduce", "--list"]) == 0
     out = capsys.readouterr().out

@@ -47,7 +47,8 @@ def test_over_commit_rejects_bad_options(bad):
 
 @pytest.mark.parametrize("bad", [{"deadline_s": 0}, {"deadline_s": -1}, {"deadline_s": float("inf")},
                                  {"keep_late": "maybe"}, {"max_reports": "some"}, {"advance": "never"},
-                                 {"min_reports": -1}, {"min_reports": 1.5}, {"deadline": 5}])
+                                 {"min_reports": -1}, {"min_reports": 1.5}, {"deadline": 5}, {"oc": 0.9},
+                                 {"oc": float("nan")}])
 def test_deadline_rejects_bad_options(bad):
     with pytest.raises(ValidationError):
         DeadlineConfig(**bad)
@@ -57,7 +58,8 @@ def test_defaults():
     c = OverCommitConfig()
     assert (c.oc, c.rounding, c.keep_stragglers) == (1.3, "ceil", False)
     d = DeadlineConfig()
-    assert (d.deadline_s, d.keep_late, d.max_reports, d.advance, d.min_reports) == (100.0, True, "all", "deadline", 0)
+    assert (d.deadline_s, d.keep_late, d.max_reports, d.advance, d.min_reports, d.oc) == (
+        100.0, True, "all", "deadline", 0, 1.0)
 
 
 # --------------------------------------------------------------------------------------------- over-commit
@@ -222,6 +224,20 @@ def test_deadline_max_reports_target_caps_in_completion_order():
     np.testing.assert_array_equal(early.busy_s, [20.0, 10.0, 20.0, 20.0, 20.0, 20.0])
     everything = close(dl(deadline_s=100.0), finish, target=3)
     assert everything.aggregated.sum() == 5  # max_reports=all ignores K
+
+
+def test_deadline_over_commitment_launches_more_and_closes_at_the_target():
+    """REFL's Fig. 7 setting: 100 pre-selected for an 80 % target (K = 80, oc = 1.25) under a deadline; the
+    default launches exactly K (REFL's DL)."""
+    assert dl().launch(80, 0) == 80 and dl(oc=1.25).launch(80, 0) == 100 and dl(oc=1.3).launch(10, 0) == 13
+    m = dl(deadline_s=100.0, oc=1.25, max_reports="target", advance="last_arrival")
+    finish = np.array([50.0, 10.0, 40.0, 20.0, 120.0])  # 5 launched for K = 4
+    out = close(m, finish, target=4)
+    np.testing.assert_array_equal(out.aggregated, [True, True, True, True, False])
+    assert out.duration_s == 50.0 and out.late.tolist() == [False] * 4 + [True]  # 4th report in at 50 s
+    # fewer than K by the deadline: the round lasts d and takes what arrived
+    out = close(m, np.array([10.0, 150.0, 40.0, 120.0, 130.0]), target=4)
+    assert out.duration_s == 100.0 and out.aggregated.tolist() == [True, False, True, False, False]
 
 
 def test_deadline_min_reports_failure_rule():

@@ -18,13 +18,15 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from .limits import MAX_PATH, MAX_SECONDS
+from .limits import MAX_PATH, MAX_SCALE, MAX_SECONDS
 
 #: Option types that recur with one meaning and one bound (the bound is then written once):
 #: a share, a probability, a mixing weight in [0, 1]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 #: a duration in seconds (a deadline, a window, a solver's time limit): positive, at most MAX_SECONDS
 Seconds = Annotated[float, Field(gt=0.0, le=MAX_SECONDS)]
+#: an over-commitment factor: launch ceil(oc·K) clients for K wanted reports (over_commit, deadline rounds)
+OverCommitment = Annotated[float, Field(ge=1.0, le=MAX_SCALE)]
 #: a path or URI option (a folder, a file, a tracking server): not empty, no longer than a path may be
 PathText = Annotated[str, Field(min_length=1, max_length=MAX_PATH)]
 

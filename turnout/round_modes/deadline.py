@@ -1,7 +1,7 @@
 """Deadline rounds: aggregate what arrives within ``deadline_s``; later arrivals are kept as late reports.
 
 Follows REFL's "DL" mode (REFL §5.1, the code's ``exp_type = 0``; notes:
-``docs/algorithms/world.md#deadline-rounds``): no over-commitment; the clients that deliver within
+``docs/algorithms/world.md#deadline-rounds``): by default no over-commitment; the clients that deliver within
 the deadline ``d`` are collected in completion order; the clock advances by ``d``. Clients that miss
 the deadline but do not drop out are the stragglers of REFL's SAA (REFL §4.2): they keep training
 from the model they downloaded and are flagged ``late`` so that an engine / algorithm that uses
@@ -11,6 +11,9 @@ whether its client-seconds count as wasted — is the engine's business, not the
 
 Choices and deviations:
 
+- ``oc``: launch ``ceil(oc·K)`` clients for ``K`` reports wanted. REFL's comparison with SAFA (§5.3, Fig. 7)
+  pre-selects 100 learners with an 80 % target and a 100-s deadline: ``K = 80``, ``oc = 1.25``,
+  ``max_reports: target``, ``advance: last_arrival``. Default 1 (REFL's DL: exactly K launched).
 - ``max_reports``: REFL collects the on-time clients "up to N_t" (``target``); since DL launches
   exactly K clients this only matters when a selector launches more than K (e.g. the SAFA
   emulation, ``baselines.md#safa``, which launches every online client). Default ``all``; on-time reports beyond
@@ -36,10 +39,10 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from ..config.base import Seconds, StrictModel
+from ..config.base import OverCommitment, Seconds, StrictModel
 from ..config.limits import MAX_CLIENTS
 from .base import ROUND_MODES, RoundClose, RoundMode
-from .over_commit import first_to_deliver
+from .over_commit import first_to_deliver, over_committed
 
 
 class DeadlineConfig(StrictModel):
@@ -56,6 +59,9 @@ class DeadlineConfig(StrictModel):
         "deadline", description="deadline: the round always lasts d (REFL); last_arrival: it closes as soon "
                                 "as every launched client has delivered or dropped out (or K reports are in "
                                 "with max_reports=target), never later than d")
+    oc: OverCommitment = Field(1.0, description="over-commitment: launch ceil(oc·K) clients for K wanted reports "
+                                                "(1: exactly K, REFL's DL; REFL's Fig. 7 pre-selects 100 for an "
+                                                "80 % target: K = 80, oc = 1.25)")
     min_reports: int = Field(
         0, ge=0, le=MAX_CLIENTS,
         description="round-failure rule (0 = rounds never fail, as in REFL's code): with fewer "
@@ -67,6 +73,9 @@ class Deadline(RoundMode):
     """Aggregate the reports that arrive within a fixed deadline; keep later ones as stale (REFL DL)."""
 
     Config = DeadlineConfig
+
+    def launch_count(self, target: int) -> int:
+        return over_committed(target, self.cfg.oc)
 
     def close(self, finish_s: np.ndarray, dropped_at_s: np.ndarray, target: int) -> RoundClose:
         c = self.cfg

@@ -30,15 +30,13 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from ..config.base import StrictModel
-from ..config.limits import MAX_SCALE
+from ..config.base import OverCommitment, StrictModel
 from .base import ROUND_MODES, RoundClose, RoundMode
 
 
 class OverCommitConfig(StrictModel):
-    oc: float = Field(1.3, ge=1.0, le=MAX_SCALE,
-                      description="over-commitment factor: launch oc·K clients for K wanted reports "
-                                  "(FedScale / GlueFL / REFL default 1.3)")
+    oc: OverCommitment = Field(1.3, description="over-commitment factor: launch oc·K clients for K wanted "
+                                                "reports (FedScale / GlueFL / REFL default 1.3)")
     rounding: Literal["ceil", "round"] = Field(
         "ceil", description="how oc·K becomes a client count: ceil (never fewer than oc·K) or round "
                             "(FedScale's Python round(K·oc), half to even)")
@@ -46,6 +44,15 @@ class OverCommitConfig(StrictModel):
         False, description="false: stragglers are discarded at the close and their work is wasted (FedScale); "
                            "true: stragglers that will still deliver keep training and are kept as late "
                            "(stale) reports for a later round (REFL's SAA)")
+
+
+def over_committed(target: int, oc: float, rounding: str = "ceil") -> int:
+    """How many clients to launch for ``target`` reports at over-commitment ``oc`` (never fewer than ``target``)."""
+    if rounding == "round":
+        # FedScale / REFL: ``num_to_sample = round(total_worker * overcommitment)`` on floats.
+        return max(target, int(round(target * oc)))
+    # Decimal on the option's shortest repr so that 1.3·10 is exactly 13, not 13.000000000000002 → 14.
+    return max(target, math.ceil(Decimal(repr(oc)) * target))
 
 
 def first_to_deliver(finish_s: np.ndarray, candidates: np.ndarray, k: int) -> np.ndarray:
@@ -64,11 +71,7 @@ class OverCommit(RoundMode):
     Config = OverCommitConfig
 
     def launch_count(self, target: int) -> int:
-        if self.cfg.rounding == "round":
-            # FedScale / REFL: ``num_to_sample = round(total_worker * overcommitment)`` on floats.
-            return max(target, int(round(target * self.cfg.oc)))
-        # Decimal on the option's shortest repr so that 1.3·10 is exactly 13, not 13.000000000000002 → 14.
-        return max(target, math.ceil(Decimal(repr(self.cfg.oc)) * target))
+        return over_committed(target, self.cfg.oc, self.cfg.rounding)
 
     def close(self, finish_s: np.ndarray, dropped_at_s: np.ndarray, target: int) -> RoundClose:
         finish_s = np.asarray(finish_s, dtype=np.float64)

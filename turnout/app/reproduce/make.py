@@ -211,6 +211,9 @@ def rehash(name: str, out: Path | None = None) -> str:
 def report(name: str, folder: Path | None = None, out: Path | None = None) -> Path:
     """Write page ``name`` again from its run folders (after editing its notes)."""
     folder = folder or Path("runs") / "reproduce" / name
+    if not (folder / "page.json").is_file():
+        raise SystemExit(f"{name}: no runs to write the page from ({folder / 'page.json'} does not exist): run "
+                         f"`turnout reproduce {name}` first, in this folder")
     record = json.loads((folder / "page.json").read_text())
     return render(load(name), folder, record, out or default_out() / f"{name}.md")
 
