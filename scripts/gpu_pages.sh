@@ -9,6 +9,8 @@
 #       aou_shakespeare  experiments/gpu/adaptive_ou_shakespeare.yaml  (4 methods × 3 seeds × 500 rounds)
 #       refl_oc          experiments/gpu/refl_fmnist.yaml, over-commitment (6 methods × 3 seeds × 1,000 rounds)
 #       refl_dl          the same with a 60-s deadline
+#       fedsum_tune      experiments/gpu/fedsum_fmnist_tune.yaml    (FedAvg, 5 learning rates × 1 seed × 500 rounds)
+#       fedsum_p1        experiments/gpu/fedsum_fmnist.yaml         (6 methods × 3 seeds × 2,000 rounds; --set train.lr=η)
 # Environment: JOBS (units at once, worker processes sharing the GPU; default 6), PAGE_TIMEOUT (seconds, default
 # 540), PYTHON. What follows PAGE goes to `turnout run` (e.g. --seed 0, --variant Full, --set rounds=100), and
 # `--set runtime.device=cpu --set rounds=2 ...` makes the CPU dry run (docs/gpu.md, "Paper-scale runs").
@@ -49,7 +51,10 @@ case "$PAGE" in
     refl_oc) FILE=experiments/gpu/refl_fmnist.yaml; DATA+=(--set "data.path=$FMNIST") ;;
     refl_dl) FILE=experiments/gpu/refl_fmnist.yaml
              DATA+=(--set "data.path=$FMNIST" --set "round_mode={name: deadline, deadline_s: 60}") ;;
-    *) echo "gpu_pages.sh: unknown PAGE '$PAGE'; choose aou_fmnist, aou_shakespeare, refl_oc or refl_dl"; exit 2 ;;
+    fedsum_tune) FILE=experiments/gpu/fedsum_fmnist_tune.yaml; DATA+=(--set "data.path=$FMNIST") ;;
+    fedsum_p1) FILE=experiments/gpu/fedsum_fmnist.yaml; DATA+=(--set "data.path=$FMNIST") ;;
+    *) echo "gpu_pages.sh: unknown PAGE '$PAGE'; choose aou_fmnist, aou_shakespeare, refl_oc, refl_dl, fedsum_tune or"\
+" fedsum_p1"; exit 2 ;;
 esac
 
 RUN=runs/gpu-pages/$PAGE
