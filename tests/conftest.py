@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from turnout.devices.base import DeviceModel
 from turnout.world.population import DeviceProfiles
@@ -105,6 +107,24 @@ def spy():
 def tiny() -> dict:
     """A fresh copy of :data:`TINY` to edit."""
     return copy.deepcopy(TINY)
+
+
+@pytest.fixture
+def two_variant_run(tmp_path, tiny):
+    """``two_variant_run(seeds) -> Path``: a finished run folder of the tiny experiment, variants K4 and K8 (4 and 8
+    clients a round), 4 rounds evaluated every round against a target of 0.15 (what the report tests read)."""
+    def run(seeds: list[int]) -> Path:
+        from turnout.app.cli import main
+
+        tiny.update(seeds=seeds, rounds=4, eval={"every": 1, "target_accuracy": 0.15},
+                    data={"name": "synthetic", "num_clients": 10},
+                    variants=[{"name": "K4"}, {"name": "K8", "set": {"selector.clients_per_round": 8}}])
+        cfg = tmp_path / "tiny.yaml"
+        cfg.write_text(yaml.safe_dump(tiny))
+        out = tmp_path / "run"
+        assert main(["run", str(cfg), "--out", str(out), "--quiet"]) == 0
+        return out
+    return run
 
 
 @pytest.fixture(scope="session")

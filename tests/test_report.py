@@ -181,14 +181,8 @@ def test_curve_bands_are_mean_and_std_over_seeds(tmp_path):
     assert main(["report", str(a), "--out", str(tmp_path / "x.md"), "--curve", "accuracyy"]) == 2
 
 
-def test_report_end_to_end_on_a_two_variant_three_seed_run(tmp_path, tiny):
-    tiny.update(seeds=[0, 1, 2], rounds=4, eval={"every": 1, "target_accuracy": 0.15},
-                data={"name": "synthetic", "num_clients": 10},
-                variants=[{"name": "K4"}, {"name": "K8", "set": {"selector.clients_per_round": 8}}])
-    cfg = tmp_path / "tiny.yaml"
-    cfg.write_text(yaml.safe_dump(tiny))
-    run = tmp_path / "run"
-    assert main(["run", str(cfg), "--out", str(run), "--quiet"]) == 0
+def test_report_end_to_end_on_a_two_variant_three_seed_run(tmp_path, two_variant_run):
+    run = two_variant_run([0, 1, 2])
     page = tmp_path / "page.md"
     assert main(["report", str(run), "--out", str(page), "--metric", "final_accuracy", "--metric",
                  "rounds_to_target", "--curve", "accuracy"]) == 0

@@ -147,16 +147,10 @@ def test_page_and_command_say_which_target_each_setting_and_seed_used(tmp_path, 
     assert not (tmp_path / "x.md").exists()
 
 
-def test_recount_from_a_real_run_folder_matches_its_summary(tmp_path, tiny):
+def test_recount_from_a_real_run_folder_matches_its_summary(two_variant_run):
     """The rounds table read back (CSV strings) and counted by to_target at the run's own target gives the
     summary.json numbers bit for bit: the report recounts the way the run counted."""
-    tiny.update(seeds=[0, 1], rounds=4, eval={"every": 1, "target_accuracy": 0.15},
-                data={"name": "synthetic", "num_clients": 10},
-                variants=[{"name": "K4"}, {"name": "K8", "set": {"selector.clients_per_round": 8}}])
-    cfg = tmp_path / "tiny.yaml"
-    cfg.write_text(yaml.safe_dump(tiny))
-    run = tmp_path / "run"
-    assert main(["run", str(cfg), "--out", str(run), "--quiet"]) == 0
+    run = two_variant_run([0, 1])
     summary = load_runs(run)
     rows = {}
     for row in round_rows(run):
