@@ -350,9 +350,9 @@ class Simulation(Stateful):
         running = ~late & np.isfinite(verdict.busy_s)  # everyone not in flight is still computing now
         self.lost.add(clients[running], opened.train_start_s + verdict.busy_s[running])
         delivered_up, wasted = self._delivered(verdict, late, trained)
-        return Launched(clients=clients, launch=np.full(len(clients), event, np.int64),
-                        start_s=np.full(len(clients), opened.train_start_s), finish_s=finish,
-                        busy_s=np.asarray(verdict.busy_s, np.float64), down=trained.down, up=delivered_up,
+        return Launched(clients=clients, start_s=np.full(len(clients), opened.train_start_s), finish_s=finish,
+                        busy_s=np.asarray(verdict.busy_s, np.float64),
+                        down=trained.down, up=delivered_up,
                         wasted_s=wasted, late=late, dropped=finish > dropped_at, rejected=trained.rejected,
                         samples=result.samples, probe_bytes_up=opened.probe.bytes_up,
                         probe_bytes_down=opened.probe.bytes_down, probe_busy_s=opened.probe.busy_s)

@@ -59,7 +59,6 @@ class Launched:
     flight, or their tasks among the lost ones; the round charges them as it charges its cohort."""
 
     clients: np.ndarray
-    launch: np.ndarray  # which launch of the round (1, 2, …)
     start_s: np.ndarray  # when its work started (simulated seconds)
     finish_s: np.ndarray  # seconds from its start to its delivery
     busy_s: np.ndarray  # seconds its device works (until it delivers or goes offline)
@@ -82,10 +81,10 @@ class Launched:
         """One record of several launches, in their order (none: an empty record)."""
         if not parts:
             z, b = np.zeros(0, np.int64), np.zeros(0, bool)
-            return cls(clients=z, launch=z, start_s=np.zeros(0), finish_s=np.zeros(0), busy_s=np.zeros(0), down=z,
-                       up=z, wasted_s=np.zeros(0), late=b, dropped=b, rejected=b, samples=z)
+            return cls(clients=z, start_s=np.zeros(0), finish_s=np.zeros(0), busy_s=np.zeros(0), down=z, up=z,
+                       wasted_s=np.zeros(0), late=b, dropped=b, rejected=b, samples=z)
         cat = {f: np.concatenate([getattr(p, f) for p in parts]) for f in
-               ("clients", "launch", "start_s", "finish_s", "busy_s", "down", "up", "wasted_s", "late", "dropped",
+               ("clients", "start_s", "finish_s", "busy_s", "down", "up", "wasted_s", "late", "dropped",
                 "rejected", "samples")}
         return cls(**cat, probe_bytes_up=sum(p.probe_bytes_up for p in parts),
                    probe_bytes_down=sum(p.probe_bytes_down for p in parts),
