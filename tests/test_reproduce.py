@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -167,6 +168,70 @@ def test_a_page_records_commit_hash_and_measured_slice_and_check_catches_changes
 
     record_file.unlink()  # a page without a record
     assert "no record" in checks.check("tiny_page", record_file).problems[0]
+
+
+#: a measured slice as a record holds it, for the tests whose business is not the slice (it is the others')
+UNMEASURED_SLICE = {"setting": "B", "variants": [], "asked_rounds": 2, "rounds": 2, "integers_only": False,
+                    "horizons": {f: None for f in ("torch-avx2", "torch-default", "openblas", "vendor")},
+                    "horizon": 2, "integer_horizon": 2, "numbers": {},
+                    "measured_on": {"cpu": "test", "torch_cpu": "test", "numpy_blas": "test"}}
+
+
+def test_a_stopped_page_resumes_where_it_stopped_and_gives_the_uninterrupted_tables(pages_dir, tmp_path,
+                                                                                     monkeypatch, capsys):
+    """SIGTERM while setting B runs (A finished): B's run checkpoints and the page stops, saying how to continue;
+    ``--resume`` keeps A, continues B from its checkpoint, and the tables are those of a page never stopped."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump({**TINY, "seeds": [0], "rounds": 30}))  # B's units outlast the signal
+    _tiny_page(pages_dir, config)
+    monkeypatch.setattr(record, "measure_slice", lambda page, tuned, jobs: UNMEASURED_SLICE)
+    monkeypatch.setattr(run, "TICK_S", 0.05)
+    runs, out = tmp_path / "runs", tmp_path / "docs" / "tiny_page.md"
+    ran: list[str] = []
+    real = make.run_setting
+
+    def stop_during_b(setting, folder, *args, tick=None, **kw):
+        ran.append(setting.name)
+        rows = Path(f"{folder}.partial") / "units"
+
+        def signal_when_b_has_a_row():
+            tick()
+            if setting.name == "B" and any(f.stat().st_size for f in rows.glob("v00-*/seed-0/rounds.jsonl")):
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        return real(setting, folder, *args, tick=signal_when_b_has_a_row, **kw)
+
+    monkeypatch.setattr(make, "run_setting", stop_during_b)
+    with pytest.raises(SystemExit, match=r"setting B stopped by SIGTERM \(its run checkpointed, see .*B\.log\): "
+                                         r"continue with `turnout reproduce tiny_page --resume`"):
+        make.make("tiny_page", 1, runs, out)
+    assert ran == ["A", "B"] and (runs / "A" / "summary.json").is_file() and (runs / "B.partial").is_dir()
+    assert not (runs / "page.json").exists() and not out.exists()
+    stopped = json.loads((runs / make.Progress.FILE).read_text())
+    assert stopped["configs"] == run.config_hash(spec.load("tiny_page"), {}) and stopped["elapsed_s"] > 0
+
+    config.write_text(yaml.safe_dump({**TINY, "seeds": [0], "rounds": 31}))  # the page's configs change meanwhile
+    with pytest.raises(SystemExit, match="the resolved configs changed since the page was started"):
+        make.make("tiny_page", 1, runs, out, resume=True)
+    config.write_text(yaml.safe_dump({**TINY, "seeds": [0], "rounds": 30}))
+    assert json.loads((runs / make.Progress.FILE).read_text()) == stopped  # the refusal changed nothing
+
+    ran.clear()
+    monkeypatch.setattr(make, "run_setting", lambda s, *a, **k: ran.append(s.name) or real(s, *a, **k))
+    rec = make.make("tiny_page", 1, runs, out, resume=True)
+    printed = capsys.readouterr().out
+    assert ran == ["B"] and "kept: A (finished before)" in printed and "done: B (resumed)" in printed
+    assert rec["elapsed_s"] > stopped["elapsed_s"] and len(rec["resumed"]) == 1
+    assert "(resumed at `" in out.read_text() and not (runs / make.Progress.FILE).exists()
+    with pytest.raises(SystemExit, match=r"tiny_page: nothing to resume in .* \(it has finished\): run "
+                                         r"`turnout reproduce tiny_page`"):
+        make.make("tiny_page", 1, runs, out, resume=True)
+
+    again = tmp_path / "again"  # the same page, never stopped
+    make.make("tiny_page", 1, again, tmp_path / "again.md")
+    for setting in ("A", "B"):
+        for table in ("rounds.csv", "clients.csv"):
+            assert (runs / setting / table).read_bytes() == (again / setting / table).read_bytes(), (setting, table)
 
 
 def test_a_page_that_cannot_run_is_not_checked_in_one_line_and_the_check_goes_on(pages_dir, tmp_path, capsys):

@@ -2,6 +2,7 @@
 
     turnout reproduce --list                       # the pages, their settings and their slices
     turnout reproduce PAGE...                      # run every setting of PAGE, write the page and its record
+    turnout reproduce --resume PAGE...             # continue a page an interruption (Ctrl-C, SIGTERM) stopped
     turnout reproduce --check PAGE... | all        # re-run each page's check slice (seconds) and compare
     turnout reproduce --check --full PAGE          # re-run the whole page and compare every table
     turnout reproduce --record-slice PAGE... | all # measure a page's slice again: horizons and numbers
@@ -33,6 +34,9 @@ def add_parser(sub) -> None:
     mode.add_argument("--rehash", action="store_true",
                       help="accept a page's new config hash when its slice still gives the record's numbers bit for "
                            "bit on the recording CPU (a new default that changes nothing)")
+    mode.add_argument("--resume", action="store_true",
+                      help="continue a page an interruption stopped: finished settings are kept, an interrupted one "
+                           "continues from its checkpoints (the configs must be unchanged)")
     mode.add_argument("--report", action="store_true", help="write the page again from its run folders")
     mode.add_argument("--docs", action="store_true",
                       help="in a checkout: rewrite the docs' computed tables (claim counts, horizons) from the records")
@@ -89,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         elif args.report:
             print(f"wrote {make.report(n, runs(n), out(n))}")
         else:
-            make.make(n, args.jobs, runs(n), out(n))
+            make.make(n, args.jobs, runs(n), out(n), resume=args.resume)
     return 0
 
 

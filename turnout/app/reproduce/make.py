@@ -29,6 +29,7 @@ from .run import (
     package_parent,
     run_setting,
     run_slice,
+    setting_state,
     slice_numbers,
     tuned_sets,
 )
@@ -125,7 +126,10 @@ def render(page: Page, folder: Path, record: dict, out: Path) -> Path:
     if cpu:
         machine += (f"; the runs used {cpu / 60:.1f} CPU-minutes, i.e. about {cpu / 60 / 2:.0f} minutes of wall-clock "
                     "on an idle 2-core machine")
-    provenance = {"commit": record["commit"], "config hash": record["config_hash"], "machine": machine}
+    commit = record["commit"]
+    if record.get("resumed"):  # a page made over several sessions names each commit it ran from
+        commit = f"`{commit}` (resumed at " + ", ".join(f"`{c}`" for c in record["resumed"]) + ")"
+    provenance = {"commit": commit, "config hash": record["config_hash"], "machine": machine}
     write_report([folder / s.name for s in page.settings], out, list(page.metrics), page.title,
                  f"turnout reproduce {page.name}", record["elapsed_s"], page.curve, notes, page.percent_of,
                  list(page.counts), page.baseline, None, list(page.curve_x), provenance, page.target)
@@ -133,33 +137,83 @@ def render(page: Page, folder: Path, record: dict, out: Path) -> Path:
     return out
 
 
-def make(name: str, jobs: int, folder: Path | None = None, out: Path | None = None) -> dict:
-    """Run every setting of page ``name``, record its slice and write the page; returns the record."""
+class Progress:
+    """A page's progress beside its run folders (``progress.json``): what it started from and the time spent so
+    far, saved while it runs, so that an interrupted page continues (``--resume``) and its record counts every
+    session's time (a session killed outright loses what it spent since its last save)."""
+
+    FILE = "progress.json"
+
+    def __init__(self, page: Page, folder: Path, resume: bool):
+        self.file = folder / self.FILE
+        configs = config_hash(page, {})  # before tuning: any change of the page's experiment files or settings
+        if not resume:
+            if folder.exists():
+                shutil.rmtree(folder)
+            folder.mkdir(parents=True)
+            self.state = {"page": page.name, "commit": git_commit(), "configs": configs, "elapsed_s": 0.0,
+                          "cpu_s": 0.0, "load0": os.getloadavg()[0], "resumed": []}
+        elif not self.file.is_file():
+            why = "it has finished" if (folder / "page.json").is_file() else "no page was started there"
+            raise SystemExit(f"{page.name}: nothing to resume in {folder} ({why}): run `turnout reproduce "
+                             f"{page.name}`")
+        else:
+            self.state = json.loads(self.file.read_text())
+            if self.state["configs"] != configs:
+                raise SystemExit(f"{page.name}: the resolved configs changed since the page was started (config "
+                                 f"hash {configs}, the page's {self.state['configs']}): start it again with "
+                                 f"`turnout reproduce {page.name}`")
+            self.state["resumed"].append(git_commit())
+        self.since, self.cpu_since = time.time(), children_cpu_s()
+        self.save()
+
+    def save(self) -> None:
+        """Add the wall-clock (and the finished runs' CPU) time spent since the last save, and write the file."""
+        now, cpu = time.time(), children_cpu_s()
+        self.state["elapsed_s"] += now - self.since
+        self.state["cpu_s"] += cpu - self.cpu_since
+        self.since, self.cpu_since = now, cpu
+        self.file.write_text(json.dumps(self.state, indent=1))
+
+
+def make(name: str, jobs: int, folder: Path | None = None, out: Path | None = None, resume: bool = False) -> dict:
+    """Run every setting of page ``name``, record its slice and write the page; returns the record.
+
+    With ``resume``, continue the page an interruption stopped: finished settings are kept, an interrupted one
+    continues from its checkpoints, and the configs must still resolve to the hash the page started with."""
     page = load(name)
     folder = folder or Path("runs") / "reproduce" / name
     out = out or default_out() / f"{name}.md"
-    start, load0, cpu0, commit = time.time(), os.getloadavg()[0], children_cpu_s(), git_commit()
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
+    progress = Progress(page, folder, resume)
     tuned, tune_table = {}, ""
     if page.tune:
-        (folder / "tune").mkdir()
+        (folder / "tune").mkdir(exist_ok=True)
         for s in page.tune.settings:
-            run_setting(s, folder / "tune" / s.name, jobs)
+            if setting_state(folder / "tune" / s.name) != "done":
+                run_setting(s, folder / "tune" / s.name, jobs, tick=progress.save, page=name)
+                progress.save()
         tuned, tune_table = choose(page, folder)
         print(f"tuned: {tuned}", flush=True)
     for s in page.settings:
-        run_setting(s, folder / s.name, jobs, tuned_sets(tuned))
-    elapsed = time.time() - start  # the page's runs; the slice below takes seconds
-    record = {"page": name, "commit": commit, "config_hash": config_hash(page, tuned), "tuned": tuned,
-              "tune_table": tune_table, "elapsed_s": elapsed, "cpu_s": children_cpu_s() - cpu0,
-              "load": [load0, os.getloadavg()[0]], "slice": records.measure_slice(page, tuned, jobs=jobs)}
+        if setting_state(folder / s.name) == "done":
+            print(f"kept: {s.name} (finished before)", flush=True)
+            continue
+        run_setting(s, folder / s.name, jobs, tuned_sets(tuned), tick=progress.save, page=name)
+        progress.save()
+    progress.save()  # the page's runs; the slice below takes seconds
+    st = progress.state
+    record = {"page": name, "commit": st["commit"], "config_hash": config_hash(page, tuned), "tuned": tuned,
+              "tune_table": tune_table,
+              "elapsed_s": st["elapsed_s"], "cpu_s": st["cpu_s"], "load": [st["load0"], os.getloadavg()[0]],
+              "slice": records.measure_slice(page, tuned, jobs=jobs)}
+    if st["resumed"]:
+        record["resumed"] = st["resumed"]
     (folder / "page.json").write_text(json.dumps(record, indent=1))
+    progress.file.unlink()
     out.parent.mkdir(parents=True, exist_ok=True)
     render(page, folder, record, out)
     records.write(record, record_file(name, out))
-    print(f"wrote {out} ({elapsed / 60:.1f} min)", flush=True)
+    print(f"wrote {out} ({record['elapsed_s'] / 60:.1f} min)", flush=True)
     return record
 
 

@@ -15,13 +15,18 @@ import json
 import math
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ...core.errors import TurnoutError
 from .spec import Page, Setting
+
+#: seconds between a running setting's calls of ``tick``
+TICK_S = 30.0
 
 #: what a check slice records per variant (from the run's summary)
 SLICE_METRICS = ("final_loss", "final_accuracy", "bytes_up", "bytes_down", "sim_time_s", "resource_s")
@@ -93,17 +98,56 @@ def run_command(setting: Setting, out: Path, sets: tuple[str, ...], flags: list[
     return args
 
 
-def run_setting(setting: Setting, folder: Path, jobs: int, extra: tuple[str, ...] = ()) -> None:
-    """Run one setting into ``folder`` (its log beside it); a failure stops the page with the log's name."""
+def setting_state(folder: Path) -> str:
+    """``done`` (a finished run folder), ``partial`` (an interrupted one: ``FOLDER.partial``) or ``new``."""
+    from ...runs.rundir import partial_of  # imported here: run folders load only where a page runs
+
+    if (folder / "summary.json").is_file():
+        return "done"
+    return "partial" if partial_of(folder).is_dir() else "new"
+
+
+def run_setting(setting: Setting, folder: Path, jobs: int, extra: tuple[str, ...] = (),
+                tick: Callable[[], object] | None = None, page: str = "PAGE") -> None:
+    """Run one setting into ``folder`` (its log beside it), or continue it where an interrupted page left
+    ``FOLDER.partial`` (``turnout run --resume``, which refuses configs that no longer resolve to what it started
+    with); a failure stops the page with the log's name.
+
+    ``tick`` is called every half minute while the run goes on (the page saves its time spent). SIGINT or SIGTERM
+    reaches the run, which checkpoints after its current round; the page then stops, saying how to continue."""
+    resume = setting_state(folder) == "partial"
     args = run_command(setting, folder, (*setting.sets, *extra),
                        ["--jobs", str(jobs), *variant_filter(setting, extra)])
+    if resume:
+        args[args.index("--out")] = "--resume"
     log = folder.parent / f"{folder.name}.log"
     t0 = time.time()
-    with open(log, "w") as f:
-        rc = subprocess.run(args, stdout=f, stderr=subprocess.STDOUT, env=child_environment()).returncode
+    stopped: list[int] = []
+    with open(log, "a" if resume else "w") as f:
+        child = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, env=child_environment())
+
+        def forward(signum, frame):
+            stopped.append(signum)
+            child.send_signal(signum)
+
+        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            while True:
+                try:
+                    rc = child.wait(timeout=TICK_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    if tick:
+                        tick()
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+    if stopped:
+        raise SystemExit(f"setting {setting.name} stopped by {signal.Signals(stopped[0]).name} (its run "
+                         f"checkpointed, see {log}): continue with `turnout reproduce {page} --resume`")
     if rc != 0:
         raise SystemExit(f"setting {setting.name} failed (exit {rc}), see {log}")
-    print(f"done: {setting.name} ({(time.time() - t0) / 60:.1f} min)", flush=True)
+    print(f"done: {setting.name}{' (resumed)' if resume else ''} ({(time.time() - t0) / 60:.1f} min)", flush=True)
 
 
 def slice_sets(page: Page, tuned: dict, rounds: int, every: int = 1) -> tuple[str, ...]:
