@@ -124,7 +124,10 @@ def run_setting(setting: Setting, folder: Path, jobs: int, extra: tuple[str, ...
     t0 = time.time()
     stopped: list[int] = []
     with open(log, "a" if resume else "w") as f:
-        child = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, env=child_environment())
+        # a session of its own: Ctrl-C reaches the page alone, which passes it on once (twice would stop the run
+        # at once, without its checkpoint)
+        child = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, env=child_environment(),
+                                 start_new_session=True)
 
         def forward(signum, frame):
             stopped.append(signum)
