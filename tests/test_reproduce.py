@@ -137,6 +137,29 @@ def test_a_page_may_count_to_the_target_every_variant_reaches(pages_dir, tmp_pat
         spec.load("tiny_page")
 
 
+def test_a_page_chooses_the_metrics_it_pairs_among_those_it_tabulates(pages_dir, tmp_path, monkeypatch):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY))
+    _tiny_page(pages_dir, config)
+    raw = yaml.safe_load((pages_dir / "tiny_page.yaml").read_text())
+    assert spec.load("tiny_page").paired is None  # the report's default
+    (pages_dir / "tiny_page.yaml").write_text(yaml.safe_dump({**raw, "metrics": ["best_loss", "final_accuracy"],
+                                                              "paired": ["best_loss"]}))
+    page = spec.load("tiny_page")
+    seen = {}
+    import turnout.app.report as report_pkg
+    monkeypatch.setattr(report_pkg, "write_report", lambda *a, **k: seen.update(args=a) or a[1])
+    monkeypatch.setattr(make, "replace_slice_section", lambda text, name, rec: text)
+    out = tmp_path / "page.md"
+    out.write_text("")
+    make.render(page, tmp_path, {"commit": "c", "config_hash": "h", "elapsed_s": 1.0}, out)
+    assert seen["args"][11] == ["best_loss"]
+    (pages_dir / "tiny_page.yaml").write_text(yaml.safe_dump({**raw, "paired": ["best_loss"]}))
+    with pytest.raises(ConfigError, match=r"tiny_page\.paired = 'best_loss': pair only metrics the page tabulates: "
+                                          r"final_accuracy"):
+        spec.load("tiny_page")
+
+
 # ---- a whole (tiny) page ---------------------------------------------------------------------------------------
 def test_a_page_records_commit_hash_and_measured_slice_and_check_catches_changes(pages_dir, tmp_path):
     config = tmp_path / "tiny.yaml"

@@ -132,7 +132,8 @@ def render(page: Page, folder: Path, record: dict, out: Path) -> Path:
     provenance = {"commit": commit, "config hash": record["config_hash"], "machine": machine}
     write_report([folder / s.name for s in page.settings], out, list(page.metrics), page.title,
                  f"turnout reproduce {page.name}", record["elapsed_s"], page.curve, notes, page.percent_of,
-                 list(page.counts), page.baseline, None, list(page.curve_x), provenance, page.target)
+                 list(page.counts), page.baseline, None if page.paired is None else list(page.paired),
+                 list(page.curve_x), provenance, page.target)
     out.write_text(replace_slice_section(out.read_text(), page.name, record))
     return out
 

@@ -65,6 +65,8 @@ class Page:
     counts: tuple[str, ...] = ()
     percent_of: str | None = None
     baseline: str | None = None
+    #: the metrics whose per-seed differences from the baseline the page shows (default: the report's)
+    paired: tuple[str, ...] | None = None
     #: what the "to target" metrics count to: each run's ``eval.target_accuracy`` (``config``) or GlueFL's target,
     #: the highest accuracy every variant reaches (``reached_by_all``; docs/experiment-files.md)
     target: str = "config"
@@ -106,10 +108,15 @@ def load(name: str) -> Page:
                 slice=Slice(sl["setting"], int(sl["rounds"]), tuple(sl.get("variants", ()))),
                 curve=raw.get("curve", "loss"), curve_x=tuple(raw.get("curve_x", ("round",))),
                 counts=tuple(raw.get("counts", ())), percent_of=raw.get("percent_of"), baseline=raw.get("baseline"),
+                paired=tuple(raw["paired"]) if "paired" in raw else None,
                 target=str(raw.get("target", "config")),
                 tune=None if tune is None else Tune(
                     tuple(_setting(s, f"{name}.tune.settings") for s in tune["settings"]), tune["key"],
                     tune["metric"], bool(tune.get("lower_is_better", True)), tune.get("why", "")))
+    untabulated = [m for m in page.paired or () if m not in page.metrics]
+    if untabulated:
+        raise ConfigError(f"{name}.paired", untabulated[0], f"pair only metrics the page tabulates: "
+                                                            f"{', '.join(page.metrics)}")
     if page.target not in TARGETS:
         raise ConfigError(f"{name}.target", page.target, f"choose one of: {', '.join(TARGETS)}")
     if page.slice.setting not in {s.name for s in page.settings}:
