@@ -388,3 +388,19 @@ def test_the_docs_computed_tables_are_the_records():
     assert docs.problems(ROOT) == []
     text = (ROOT / "docs" / "determinism.md").read_text()
     assert "| adaptive_ou_8bit | 3 | 2 | 2 | 2 |" in text  # the slice of the AMD EPYC failure, cut at its horizon
+
+
+def test_the_cost_table_is_each_pages_record(monkeypatch):
+    """docs/results/README.md's cost table is each page's recorded wall-clock, CPU time and load: a page made
+    again with other times leaves the table stale until ``turnout reproduce --docs`` rewrites it."""
+    from turnout.app.reproduce import docs
+
+    rec = record.read("refl_forecast")
+    table = docs.times_table()
+    assert (f"| [refl_forecast](refl_forecast.md) | {spec.load('refl_forecast').title} | "
+            f"{rec['elapsed_s'] / 60:.1f} min | {rec['cpu_s'] / 60:.1f} | {rec['load'][0]:.1f} → {rec['load'][1]:.1f} |"
+            in table.splitlines())
+    real = record.read
+    monkeypatch.setattr(record, "read", lambda name, *a: {**real(name, *a), "cpu_s": 3600.0}
+                        if name == "refl_forecast" else real(name, *a))
+    assert docs.problems(ROOT) == ["docs/results/README.md's cost table differs from the pages' records"]
