@@ -205,7 +205,7 @@ def test_a_stopped_page_resumes_where_it_stopped_and_gives_the_uninterrupted_tab
     """SIGTERM while setting B runs (A finished): B's run checkpoints and the page stops, saying how to continue;
     ``--resume`` keeps A, continues B from its checkpoint, and the tables are those of a page never stopped."""
     config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump({**TINY, "seeds": [0], "rounds": 30}))  # B's units outlast the signal
+    config.write_text(yaml.safe_dump({**TINY, "seeds": [0], "rounds": 120}))  # B's units outlast the signal
     _tiny_page(pages_dir, config)
     monkeypatch.setattr(record, "measure_slice", lambda page, tuned, jobs: UNMEASURED_SLICE)
     monkeypatch.setattr(run, "TICK_S", 0.05)
@@ -233,10 +233,10 @@ def test_a_stopped_page_resumes_where_it_stopped_and_gives_the_uninterrupted_tab
     stopped = json.loads((runs / make.Progress.FILE).read_text())
     assert stopped["configs"] == run.config_hash(spec.load("tiny_page"), {}) and stopped["elapsed_s"] > 0
 
-    config.write_text(yaml.safe_dump({**TINY, "seeds": [0], "rounds": 31}))  # the page's configs change meanwhile
+    config.write_text(yaml.safe_dump({**TINY, "seeds": [0], "rounds": 121}))  # the page's configs change meanwhile
     with pytest.raises(SystemExit, match="the resolved configs changed since the page was started"):
         make.make("tiny_page", 1, runs, out, resume=True)
-    config.write_text(yaml.safe_dump({**TINY, "seeds": [0], "rounds": 30}))
+    config.write_text(yaml.safe_dump({**TINY, "seeds": [0], "rounds": 120}))
     assert json.loads((runs / make.Progress.FILE).read_text()) == stopped  # the refusal changed nothing
 
     ran.clear()
