@@ -225,6 +225,7 @@ def test_a_stopped_page_resumes_where_it_stopped_and_gives_the_uninterrupted_tab
         return real(setting, folder, *args, tick=signal_when_b_has_a_row, **kw)
 
     monkeypatch.setattr(make, "run_setting", stop_during_b)
+    cpu_before = run.children_cpu_s()
     with pytest.raises(SystemExit, match=r"setting B stopped by SIGTERM \(its run checkpointed, see .*B\.log\): "
                                          r"continue with `turnout reproduce tiny_page --resume`"):
         make.make("tiny_page", 1, runs, out)
@@ -232,6 +233,8 @@ def test_a_stopped_page_resumes_where_it_stopped_and_gives_the_uninterrupted_tab
     assert not (runs / "page.json").exists() and not out.exists()
     stopped = json.loads((runs / make.Progress.FILE).read_text())
     assert stopped["configs"] == run.config_hash(spec.load("tiny_page"), {}) and stopped["elapsed_s"] > 0
+    # the stopped run's CPU counts (seconds: it imports torch); only git's few milliseconds are left out
+    assert stopped["cpu_s"] == pytest.approx(run.children_cpu_s() - cpu_before, abs=0.5)
 
     config.write_text(yaml.safe_dump({**TINY, "seeds": [0], "rounds": 121}))  # the page's configs change meanwhile
     with pytest.raises(SystemExit, match="the resolved configs changed since the page was started"):

@@ -191,17 +191,20 @@ def make(name: str, jobs: int, folder: Path | None = None, out: Path | None = No
         (folder / "tune").mkdir(exist_ok=True)
         for s in page.tune.settings:
             if setting_state(folder / "tune" / s.name) != "done":
-                run_setting(s, folder / "tune" / s.name, jobs, tick=progress.save, page=name)
-                progress.save()
+                try:
+                    run_setting(s, folder / "tune" / s.name, jobs, tick=progress.save, page=name)
+                finally:  # a stopped or failed run's time counts too
+                    progress.save()
         tuned, tune_table = choose(page, folder)
         print(f"tuned: {tuned}", flush=True)
     for s in page.settings:
         if setting_state(folder / s.name) == "done":
             print(f"kept: {s.name} (finished before)", flush=True)
             continue
-        run_setting(s, folder / s.name, jobs, tuned_sets(tuned), tick=progress.save, page=name)
-        progress.save()
-    progress.save()  # the page's runs; the slice below takes seconds
+        try:
+            run_setting(s, folder / s.name, jobs, tuned_sets(tuned), tick=progress.save, page=name)
+        finally:  # a stopped or failed run's time counts too
+            progress.save()
     st = progress.state
     record = {"page": name, "commit": st["commit"], "config_hash": config_hash(page, tuned), "tuned": tuned,
               "tune_table": tune_table,
