@@ -64,7 +64,10 @@ def git_commit() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "turnout", "scripts"], cwd=root,
+        # the pages' records are what pages write, not what runs read: `turnout reproduce A B` leaves A's record
+        # uncommitted when B starts, and B was made from the same code
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "turnout", "scripts",
+                                ":(exclude)turnout/pages/records"], cwd=root,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
