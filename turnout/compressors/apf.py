@@ -12,6 +12,7 @@ from pydantic import Field
 from ..config.base import StrictModel
 from ..config.limits import MAX_ROUNDS, MAX_SCALE
 from ..core.capabilities import UploadKind
+from ..core.finite import finite_rows
 from ..core.records import SentStep
 from .base import COMPRESSORS, VALUE_BYTES, Compressor, sparse_bytes
 from .sparse import ACCOUNTING_HELP, code_download_bytes, index_bytes
@@ -74,7 +75,7 @@ class APF(Compressor):
         decoded = torch.where(self.active.unsqueeze(0), updates, torch.zeros_like(updates)) if k else updates
         # a non-finite report is passed through so that the engine rejects it
         if k:
-            bad = ~torch.isfinite(updates).all(dim=1)
+            bad = ~finite_rows(updates)
             decoded[bad] = updates[bad]
         return decoded, np.full(k, size, dtype=np.int64)
 

@@ -11,6 +11,7 @@ from pydantic import Field
 from ..config.base import StrictModel
 from ..core import rng as rngmod
 from ..core.capabilities import UploadKind
+from ..core.finite import finite_rows
 from ..core.records import SentStep
 from .base import COMPRESSORS, Compressor
 from .sparse import Layout, index_bytes
@@ -96,7 +97,7 @@ class Quantize(Compressor):
         if k == 0:
             return updates, np.zeros(0, dtype=np.int64)
         dec = quantize(updates, self._noise(UP_PURPOSE, round, clients), self.cfg.bits, self.cfg.scheme, self.layout)
-        bad = ~torch.isfinite(updates).all(dim=1)
+        bad = ~finite_rows(updates)
         dec[bad] = updates[bad]
         return dec, np.full(k, size, dtype=np.int64)
 

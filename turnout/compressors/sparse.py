@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from ..core.capabilities import UploadKind
+from ..core.finite import finite_rows
 from ..core.records import Cohort, SentStep
 from .base import INDEX_BYTES, VALUE_BYTES, Compressor, sparse_bytes
 
@@ -266,7 +267,7 @@ class SparsifierBase(Compressor):
             return updates, np.full(k, self.dim * VALUE_BYTES, dtype=np.int64)
         clients = np.asarray(clients, dtype=np.int64)
         updates = updates.to(torch.float32)
-        finite = torch.isfinite(updates).all(dim=1)
+        finite = finite_rows(updates)
         nu, sticky = self.cohort.lookup(round, clients)
         g = updates.clone()
         if self.ec != "off":
@@ -290,9 +291,11 @@ class SparsifierBase(Compressor):
 
     def _upload_bytes(self, mask: torch.Tensor, forced: torch.Tensor | None) -> np.ndarray:
         dim = self.dim
-        n = mask.sum(dim=1).numpy().astype(np.int64)
+        # counted in numpy: a bool tensor's ``sum(dim=1)`` in torch 2.x is ~15x slower (a tenth of a GlueFL round)
+        n = np.count_nonzero(mask.numpy(), axis=1).astype(np.int64)
         n_shared = int(forced.sum()) if forced is not None else 0
-        n_unique = n - (mask & forced.unsqueeze(0)).sum(dim=1).numpy().astype(np.int64) if forced is not None else n
+        n_unique = n - np.count_nonzero((mask & forced.unsqueeze(0)).numpy(), axis=1).astype(np.int64) \
+            if forced is not None else n
         if self.accounting == "gluefl_code":
             return np.full(len(n), code_upload_bytes(self.client_ratio, dim, self.code_unique_ratio), dtype=np.int64)
         if self.ternary:  # positions + one sign bit per value + one float32 mean magnitude per tensor

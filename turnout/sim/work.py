@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from ..algorithms.base import Algorithm
+from ..core.finite import finite_rows as tensor_finite_rows
 from ..core.records import ClientBatch, CohortResult, HeldReports, Reports, RoundClose
 from ..world.ledger import CoordinateLedger
 from ..world.wire import WirePricer
@@ -239,20 +240,13 @@ def take_rows(reports: torch.Tensor | HeldReports, mask: np.ndarray) -> torch.Te
 
 
 def finite_rows(x: torch.Tensor | HeldReports) -> np.ndarray:
-    """Which rows of ``x`` hold only finite values: ``isfinite(x).all(1)``, without testing every element.
+    """Which rows of ``x`` hold only finite values (:func:`turnout.core.finite.finite_rows`), as a numpy mask.
 
-    A row holding a NaN or an infinity sums to NaN or ±inf (IEEE propagation), so only rows whose sum
-    is not finite — such a row, or finite values whose sum overflows — are checked element by element.
-    A cohort's stacked reports are large (100 × 159,010 floats for an MLP) and this check runs every round;
-    element-wise ``isfinite`` over all of them was the driver's largest single cost in a profiled round.
+    Stacked reports are checked where they are held (:meth:`HeldReports.finite`).
     """
-    if isinstance(x, HeldReports):  # checked where they are held
+    if isinstance(x, HeldReports):
         return x.finite()
-    ok = torch.isfinite(x.sum(dim=1))
-    suspect = torch.nonzero(~ok).flatten()
-    if len(suspect):
-        ok[suspect] = torch.isfinite(x[suspect]).all(dim=1)
-    return ok.cpu().numpy()
+    return tensor_finite_rows(x).cpu().numpy()
 
 
 def average_buffers(buffers: list[dict[str, torch.Tensor]], weights: np.ndarray) -> dict[str, torch.Tensor]:
