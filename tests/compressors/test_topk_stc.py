@@ -6,7 +6,14 @@ import torch
 from turnout.algorithms.base import Algorithm
 from turnout.compressors.base import sparse_bytes
 from turnout.compressors.gluefl import GlueFLMaskShifting
-from turnout.compressors.sparse import Layout, bitmap_bytes, code_download_bytes, code_upload_bytes, topk_select
+from turnout.compressors.sparse import (
+    Layout,
+    bitmap_bytes,
+    code_download_bytes,
+    code_upload_bytes,
+    largest_k,
+    topk_select,
+)
 from turnout.compressors.stc import STC
 from turnout.compressors.topk import TopK
 from turnout.core.records import Cohort
@@ -80,6 +87,28 @@ def test_selection_breaks_no_ties_on_zero_values():
 
 
 # ---- error feedback ------------------------------------------------------------------------
+def topk_mask(mag, k):
+    out = torch.zeros(mag.shape, dtype=torch.bool)
+    return out.scatter_(1, torch.topk(mag, k, dim=1, sorted=False).indices, True)
+
+
+def test_largest_k_is_topks_choice_with_and_without_ties_across_the_boundary():
+    g = torch.Generator().manual_seed(3)
+    rows = torch.randn(6, 1000, generator=g).abs()
+    rows[1, 500:] = 0.0  # fewer non-zeros than k: the zeros tie across the boundary
+    rows[2] = torch.round(rows[2] * 4) / 4  # a few distinct values: ties everywhere
+    rows[3, :300] = torch.finfo(torch.float32).max  # forced positions (GlueFL's shared mask), fewer than k
+    rows[4] = 1.0  # all equal
+    for k in (1, 7, 250, 600, 999):
+        got = largest_k(rows, k)
+        assert got.dtype == torch.bool and got.shape == rows.shape
+        assert torch.equal(got, topk_mask(rows, k)), k
+        assert got.sum(dim=1).tolist() == [k] * 6
+    # a strided slice of a wider tensor (one parameter tensor of the flat vector), as topk_select passes it
+    wide = torch.randn(4, 3000, generator=g).abs()
+    assert torch.equal(largest_k(wide[:, 1000:2000], 123), topk_mask(wide[:, 1000:2000], 123))
+
+
 def test_topk_error_feedback_reloads_residual_and_stc_by_default_does_not():
     u = distinct(1, seed=3)
     for cls, opts, reloads in ((TopK, {"error_feedback": True}, True), (STC, {}, False),
