@@ -318,7 +318,7 @@ def test_turnout_errors_survive_a_process_boundary(kind):
 def test_every_page_loads_and_every_setting_validates():
     from turnout.sim.composition import load_experiment
 
-    assert len(spec.names()) == 22
+    assert len(spec.names()) == 23
     for name in spec.names():
         page = spec.load(name)
         for s in (*page.settings, *(page.tune.settings if page.tune else ())):
